@@ -1,0 +1,40 @@
+"""Core CoBA-RL maths: tracker, value functions, exact optimisers. Imports numpy and scipy only."""
+
+from coba_verl.core.allocator import Allocation, BudgetAllocator, uniform_split
+from coba_verl.core.capability import adaptive_tau, beta_shape, psi
+from coba_verl.core.config import CobaConfig
+from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains, QuadraticGains
+from coba_verl.core.knapsack import allocate_knapsack
+from coba_verl.core.release import allocate_release
+from coba_verl.core.solvers import check_budget, objective, solve, solve_dp, solve_heap, solve_threshold
+from coba_verl.core.tracker import CapabilityTracker, scores_to_successes
+from coba_verl.core.values import CobaValue, KnapsackValue, UniformValue, beta_density, saturation
+
+__all__ = [
+    "Allocation",
+    "BudgetAllocator",
+    "CapabilityTracker",
+    "CobaConfig",
+    "CobaValue",
+    "GainModel",
+    "GeometricGains",
+    "KnapsackGains",
+    "KnapsackValue",
+    "QuadraticGains",
+    "UniformValue",
+    "adaptive_tau",
+    "allocate_knapsack",
+    "allocate_release",
+    "beta_density",
+    "beta_shape",
+    "check_budget",
+    "objective",
+    "psi",
+    "saturation",
+    "scores_to_successes",
+    "solve",
+    "solve_dp",
+    "solve_heap",
+    "solve_threshold",
+    "uniform_split",
+]

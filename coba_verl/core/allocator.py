@@ -1,0 +1,218 @@
+"""`BudgetAllocator`: tracker + value function + optimiser, the object a trainer holds (spec §2-7, §9).
+
+Per training step::
+
+    res = allocator.allocate(ids, total)        # ids (M,) stable prompt ids -> res.budgets (M,)
+    ...generate res.budgets[i] rollouts of prompt ids[i] and score them...
+    allocator.observe(rollout_ids, scores)      # (R,) each; may be called several times
+    step_metrics = allocator.end_step()         # commit; alpha/beta for the next step
+
+Cold start, per strategy (spec §2, §9):
+    * coba, coba_release, static, reverse: a batch in which no prompt has history is split
+      uniformly (so the first epoch is plain GRPO); otherwise unseen prompts use
+      ``unseen_pass_rate`` (0.5).
+    * knapsack: unseen prompts get the uniform share total // M; the others share the rest by
+      Knapsack-RL's rules (`coba_verl.core.knapsack`).
+    * uniform: history is never used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from coba_verl.core.config import CobaConfig
+from coba_verl.core.knapsack import allocate_knapsack
+from coba_verl.core.release import allocate_release
+from coba_verl.core.solvers import check_budget, solve
+from coba_verl.core.tracker import CapabilityTracker, _as_int_array
+from coba_verl.core.values import CobaValue
+
+logger = logging.getLogger(__name__)
+
+METRIC_PREFIX = "coba/"
+
+
+def uniform_split(m: int, total: int) -> np.ndarray:
+    """total // M rollouts each, the remainder one by one to the first prompts: [3, 3, 2, 2] for (4, 10)."""
+    base, rem = divmod(int(total), int(m))
+    budgets = np.full(m, base, dtype=np.int64)
+    budgets[:rem] += 1
+    return budgets
+
+
+@dataclass
+class Allocation:
+    """Result of one allocation.
+
+    Attributes:
+        budgets: (M,) int64 rollouts per prompt; sum == total, min_rollouts <= b <= max_rollouts.
+        pass_rates: (M,) float64 p_hat from the tracker, NaN for prompts without history.
+        strategy: The strategy that produced ``budgets`` (``uniform`` on a cold start).
+        alpha: Beta alpha used (NaN when no Beta was involved).
+        beta: Beta beta used (NaN when no Beta was involved).
+        tau: Saturation temperature used (NaN when none).
+        elapsed_s: Wall time of the allocation.
+        min_rollouts: B_low in force.
+        max_rollouts: B_up in force.
+    """
+
+    budgets: np.ndarray
+    pass_rates: np.ndarray
+    strategy: str
+    alpha: float = float("nan")
+    beta: float = float("nan")
+    tau: float = float("nan")
+    elapsed_s: float = 0.0
+    min_rollouts: int = 0
+    max_rollouts: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Scalars under ``coba/``: budget statistics, Beta shape, tau, time, and the expected share of
+        zero-variance groups (all pass or all fail) under these budgets versus a uniform split,
+        both from p_hat over the prompts with history: mean_i p_i^B_i + (1 - p_i)^B_i."""
+        b = self.budgets.astype(np.float64)
+        out = {
+            "budget_mean": float(b.mean()),
+            "budget_std": float(b.std()),
+            "budget_min": float(b.min()),
+            "budget_max": float(b.max()),
+            "at_min_rollouts": float(np.sum(self.budgets == self.min_rollouts)),
+            "at_max_rollouts": float(np.sum(self.budgets == self.max_rollouts)),
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "tau": self.tau,
+            "alloc_time_s": self.elapsed_s,
+            "unseen_prompts": float(np.sum(np.isnan(self.pass_rates))),
+        }
+        seen = ~np.isnan(self.pass_rates)
+        if seen.any():
+            p = self.pass_rates[seen]
+            uni = uniform_split(self.budgets.size, int(self.budgets.sum()))[seen].astype(np.float64)
+            out["expected_zero_var_share"] = float(np.mean(p ** b[seen] + (1 - p) ** b[seen]))
+            out["expected_zero_var_share_uniform"] = float(np.mean(p**uni + (1 - p) ** uni))
+        out.update(self.extra)
+        return {METRIC_PREFIX + k: v for k, v in out.items()}
+
+
+def allocate_from_rates(
+    p_hat: np.ndarray,
+    total: int,
+    config: CobaConfig,
+    *,
+    shape: tuple[float, float],
+    last_pass_rates: np.ndarray | None = None,
+) -> Allocation:
+    """Dispatch on ``config.strategy`` given pass rates (M,) with NaN for unseen prompts.
+
+    Args:
+        p_hat: (M,) windowed pass rates, NaN = no history.
+        total: rollouts to hand out.
+        config: strategy, bounds, value knobs.
+        shape: (alpha, beta) of the tracker for coba/coba_release/reverse; ignored by static
+            (which uses ``config.static_alpha/beta``), uniform and knapsack.
+        last_pass_rates: (M,) rates at the last appearance for ``knapsack`` (defaults to p_hat).
+    """
+    cfg = config
+    p_hat = np.asarray(p_hat, dtype=np.float64)
+    m = p_hat.size
+    low, up = cfg.min_rollouts, cfg.max_rollouts
+    check_budget(m, total, low, up)
+    seen = ~np.isnan(p_hat)
+    result = Allocation(
+        budgets=uniform_split(m, total),
+        pass_rates=p_hat,
+        strategy="uniform",
+        min_rollouts=low,
+        max_rollouts=up,
+    )
+    if cfg.strategy == "uniform":
+        pass
+    elif cfg.strategy == "knapsack":
+        last = p_hat if last_pass_rates is None else np.asarray(last_pass_rates, dtype=np.float64)
+        result.budgets = allocate_knapsack(last, total, low, up, solver=cfg.solver)
+        result.strategy = "knapsack"
+    elif not seen.any():
+        result.extra["cold_start"] = 1.0  # no history in the batch: plain GRPO (spec §2)
+    else:
+        alpha, beta = (cfg.static_alpha, cfg.static_beta) if cfg.strategy == "static" else shape
+        p = np.where(seen, p_hat, cfg.unseen_pass_rate)
+        value = CobaValue(alpha, beta, tau=cfg.tau, p_low=cfg.p_clip_low, p_high=cfg.p_clip_high)
+        if cfg.strategy == "coba_release":
+            result.budgets, info = allocate_release(p, total, low, up, value, solver=cfg.solver)
+            result.extra.update(info)
+        else:
+            result.budgets = solve(value.gains(p), total, low, up, solver=cfg.solver)
+        result.strategy = cfg.strategy
+        result.alpha, result.beta, result.tau = alpha, beta, value.last_tau
+    assert int(result.budgets.sum()) == int(total), "allocation must spend exactly the budget"
+    return result
+
+
+class BudgetAllocator:
+    """Per-prompt rollout budgets from a `CapabilityTracker` and the configured strategy.
+
+    Args:
+        config: The allocation knobs (`CobaConfig`).
+        num_prompts: Size of the prompt id space (ids in [0, num_prompts)), e.g. the training set.
+
+    Raises:
+        ValueError: from :meth:`allocate` when the budget is infeasible for the batch, ids are
+            out of range, or inputs are malformed; the message names the values.
+    """
+
+    def __init__(self, config: CobaConfig, num_prompts: int) -> None:
+        self.config = config
+        self.tracker = CapabilityTracker(num_prompts, window=config.window, kappa=config.kappa)
+
+    # ------------------------------------------------------------------ allocation
+    def allocate(self, ids: Any, total: int) -> Allocation:
+        """Budgets for the prompts ``ids`` (M,) summing to ``total``."""
+        start = time.perf_counter()
+        ids_a = _as_int_array("ids", ids)
+        check_budget(ids_a.size, total, self.config.min_rollouts, self.config.max_rollouts)
+        strategy = self.config.strategy
+        result = allocate_from_rates(
+            self.tracker.pass_rates(ids_a),
+            total,
+            self.config,
+            shape=self.tracker.shape(reverse=strategy == "reverse"),
+            last_pass_rates=self.tracker.last_pass_rates(ids_a) if strategy == "knapsack" else None,
+        )
+        result.elapsed_s = time.perf_counter() - start
+        return result
+
+    # ------------------------------------------------------------------ feedback
+    def observe(self, rollout_ids: Any, scores: Any) -> None:
+        """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value."""
+        self.tracker.record_scores(rollout_ids, scores, self.config.success_value)
+
+    def record(self, ids: Any, successes: Any, rollouts: Any) -> None:
+        """Record prompt-level (successes, rollouts) for this step."""
+        self.tracker.record(ids, successes, rollouts)
+
+    def end_step(self) -> dict[str, float]:
+        """Commit the step into the tracker; returns ``coba/``-prefixed statistics of the step."""
+        stats = self.tracker.end_step()
+        renamed = {"alpha": "alpha_next", "beta": "beta_next"}
+        return {METRIC_PREFIX + renamed.get(k, k): v for k, v in stats.items()}
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Tracker state plus the strategy name (plain arrays and numbers)."""
+        return {"strategy": self.config.strategy, "tracker": self.tracker.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("strategy") != self.config.strategy:
+            logger.warning(
+                "resuming allocator state saved with strategy=%s under strategy=%s",
+                state.get("strategy"),
+                self.config.strategy,
+            )
+        self.tracker.load_state_dict(state["tracker"])

@@ -1,0 +1,208 @@
+"""Exact optimisers for separable concave budget allocation (spec §5).
+
+Problem (Spec §5, Algorithm 1)::
+
+    maximise  sum_i V_i(B_i)
+    s.t.      sum_i B_i = total,  low <= B_i <= up,  B_i integer.
+
+Every V_i is concave (its gains dV_i(B) = V_i(B+1) - V_i(B) do not increase), so the optimum
+takes the S = total - M * low largest gains of the table {dV_i(low + j) : j < up - low}, each
+prompt's gains taken as a prefix. Three solvers reach it:
+
+* `solve_heap`: the paper's Algorithm 1 with ``heapq``; O(M + S log M).
+* `solve_threshold`: finds the gain threshold by bisection, counting per prompt in closed form
+  where the gains are geometric; O(M log(1/eps)) numpy work, independent of S. Production default.
+* `solve_dp`: exact dynamic programme, O(M * S * (up - low)); the correctness reference.
+
+Tie-breaking (heap and threshold agree): among equal gains the prompt with the lower position
+wins, so e.g. a remainder of a uniform split goes to the first prompts. The DP may pick another
+optimum of the same objective.
+
+Notation: budgets is (M,) int64 with sum == total and low <= budgets <= up.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from coba_verl.core.gains import GainModel
+
+
+def check_budget(m: int, total: int, low: int, up: int) -> None:
+    """Raise ValueError naming the numbers when the budget cannot be met (spec §5)."""
+    if m <= 0:
+        raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
+    if int(low) != low or int(up) != up or int(total) != total:
+        raise ValueError(f"low={low}, up={up}, total={total} must be integers.")
+    if low < 1:
+        raise ValueError(f"low={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO).")
+    if up < low:
+        raise ValueError(f"up={up} is below low={low}.")
+    if not m * low <= total <= m * up:
+        raise ValueError(
+            f"total={total} is infeasible for M={m} prompts with low={low}, up={up}: "
+            f"need {m * low} <= total <= {m * up}."
+        )
+
+
+def objective(gains: GainModel, budgets: np.ndarray) -> float:
+    """sum_i V_i(B_i)."""
+    return float(np.sum(gains.value(np.asarray(budgets))))
+
+
+def solve_heap(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
+    """Maximise sum_i V_i(B_i) s.t. sum B_i = total, low <= B_i <= up (Spec §5, Algorithm 1).
+
+    Start every prompt at ``low``, keep each prompt's next gain in a max-heap, give one rollout
+    to the best and push its following gain, until the surplus S is spent.
+
+    Notes:
+        Exact because the gains of each prompt do not increase (concave V_i). O(M + S log M).
+    """
+    m = gains.size
+    check_budget(m, total, low, up)
+    budget = [int(low)] * m
+    surplus = int(total) - m * int(low)
+    if surplus and up > low:
+        heap = [(-gains.gain_one(i, low), i) for i in range(m)]
+        heapq.heapify(heap)
+        for _ in range(surplus):
+            _, i = heapq.heappop(heap)
+            budget[i] += 1
+            if budget[i] < up:
+                heapq.heappush(heap, (-gains.gain_one(i, budget[i]), i))
+    return np.asarray(budget, dtype=np.int64)
+
+
+def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter: int = 200) -> np.ndarray:
+    """Maximise sum_i V_i(B_i) s.t. sum B_i = total, low <= B_i <= up, via a gain threshold (Spec §5).
+
+    Let N(lam) = sum_i n_i(lam), n_i(lam) = #{j : dV_i(low + j) >= lam}. Bisect lam (in log space
+    while the bracket is positive) until the gains between the bracket ends are few, take every
+    gain above the upper end, then the best of those in between, ordered by (gain desc, prompt
+    position asc): the same set the heap pops.
+
+    Notes:
+        For geometric gains (CoBA) n_i has a closed form, so each step is O(M) numpy work and
+        the cost does not grow with the surplus S. The result equals `solve_heap`'s whenever
+        both compute the same gains (they share `GainModel`).
+    """
+    m = gains.size
+    check_budget(m, total, low, up)
+    width = up - low
+    surplus = int(total) - m * int(low)
+    base = np.full(m, int(low), dtype=np.int64)
+    if surplus == 0 or width == 0:
+        return base
+    if surplus == m * width:
+        return np.full(m, int(up), dtype=np.int64)
+
+    idx = np.arange(m)
+    g_first = gains.gain_at(idx, np.full(m, low))  # (M,) largest gain of each prompt
+    g_last = gains.gain_at(idx, np.full(m, up - 1))  # (M,) smallest gain of each prompt
+    hi = float(np.nextafter(g_first.max(), np.inf))  # N(hi) = 0 <= S
+    lo = float(g_last.min())  # N(lo) = M * W >= S
+    n_hi = np.zeros(m, dtype=np.int64)
+    n_lo = np.full(m, width, dtype=np.int64)
+    lo_start, hi_start = lo, hi
+    few = max(2 * m, 64)  # stop once this few gains lie in [lo, hi)
+    target = float(surplus)
+    side = 0  # Illinois: which end moved last, to halve the stale end's weight
+    w_lo = w_hi = 1.0
+    for _ in range(max_iter):
+        c_lo, c_hi = float(n_lo.sum()), float(n_hi.sum())
+        if c_lo - c_hi <= few:
+            break
+        if lo > 0.0:
+            # Regula falsi on log(lam): N is close to linear in log(lam) for geometric gains.
+            t_lo, t_hi = np.log(lo), np.log(hi)
+            frac = (w_lo * (c_lo - target)) / (w_lo * (c_lo - target) + w_hi * (target - c_hi))
+            mid = float(np.exp(t_lo + frac * (t_hi - t_lo)))
+            if not lo < mid < hi:
+                mid = float(np.sqrt(lo * hi))
+        else:
+            mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break  # lo and hi are adjacent floats: the rest are exact ties
+        n_mid = gains.count_at_least(mid, low, up, exact=False)
+        if int(n_mid.sum()) >= surplus:
+            lo, n_lo = mid, n_mid
+            w_hi = w_hi * 0.5 if side == -1 else 1.0
+            w_lo, side = 1.0, -1
+        else:
+            hi, n_hi = mid, n_mid
+            w_lo = w_lo * 0.5 if side == 1 else 1.0
+            w_hi, side = 1.0, 1
+
+    # The loop may have counted one off per prompt; count the bracket ends exactly.
+    n_lo = gains.count_at_least(lo, low, up) if lo != lo_start else n_lo
+    n_hi = gains.count_at_least(hi, low, up) if hi != hi_start else n_hi
+    if int(n_lo.sum()) < surplus or int(n_hi.sum()) > surplus:  # rounding crossed the target
+        lo, hi = lo_start, hi_start
+        n_lo = np.full(m, width, dtype=np.int64)
+        n_hi = np.zeros(m, dtype=np.int64)
+
+    # Candidates: levels n_hi[i] .. n_lo[i] - 1 of each prompt.
+    # e.g. n_hi = [1, 0], n_lo = [3, 1] -> prompt [0, 0, 1], level [1, 2, 0]
+    reps = n_lo - n_hi
+    cand_prompt = np.repeat(idx, reps)
+    starts = np.cumsum(reps) - reps
+    cand_level = n_hi[cand_prompt] + (np.arange(cand_prompt.size) - starts[cand_prompt])
+    cand_gain = gains.gain_at(cand_prompt, low + cand_level)
+    need = surplus - int(n_hi.sum())
+    order = np.lexsort((cand_level, cand_prompt, -cand_gain))[:need]
+    extra = np.bincount(cand_prompt[order], minlength=m)
+    return base + n_hi + extra
+
+
+def solve_dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
+    """Maximise sum_i V_i(B_i) s.t. sum B_i = total, low <= B_i <= up by dynamic programming (Spec §5).
+
+    f_i(s) = max_{0 <= j <= min(W, s)} f_{i-1}(s - j) + V_i(low + j) over the surplus s, with a
+    back-pointer table to recover the argmax. Needs no concavity; O(M * S * W) time and
+    O(M * S) memory, so it is the reference, not a production solver.
+    """
+    m = gains.size
+    check_budget(m, total, low, up)
+    width = up - low
+    surplus = int(total) - m * int(low)
+    levels = np.arange(width + 1)
+    neg_inf = -np.inf
+    f = np.full(surplus + 1, neg_inf)
+    f[0] = 0.0
+    choice = np.zeros((m, surplus + 1), dtype=np.int32)  # (M, S+1) best j for prompt i at surplus s
+    for i in range(m):
+        v = gains.value_at(np.full(width + 1, i), low + levels)  # (W+1,) V_i(low + j)
+        best = np.full(surplus + 1, neg_inf)
+        arg = np.zeros(surplus + 1, dtype=np.int32)
+        for j in range(min(width, surplus) + 1):
+            cand = f[: surplus + 1 - j] + v[j]  # s - j -> s
+            better = cand > best[j:]
+            best[j:] = np.where(better, cand, best[j:])
+            arg[j:] = np.where(better, j, arg[j:])
+        f = best
+        choice[i] = arg
+    budgets = np.empty(m, dtype=np.int64)
+    s = surplus
+    for i in range(m - 1, -1, -1):
+        j = int(choice[i, s])
+        budgets[i] = low + j
+        s -= j
+    assert s == 0, "DP back-tracking must spend the whole surplus"
+    return budgets
+
+
+SOLVERS = {"heap": solve_heap, "fast": solve_threshold, "dp": solve_dp}
+
+
+def solve(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
+    """Dispatch to a solver by name: ``fast`` (threshold), ``heap`` or ``dp``."""
+    try:
+        fn = SOLVERS[solver]
+    except KeyError:
+        raise ValueError(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.") from None
+    return fn(gains, total, low, up)
