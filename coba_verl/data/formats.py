@@ -25,8 +25,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from verl.utils.reward_score import math_reward
-
 __all__ = [
     "PromptStyle",
     "AnswerKind",
@@ -103,6 +101,8 @@ def question_text(value: Any) -> str | None:
 
 def _boxed_content(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` in ``text`` via veRL's own MATH helpers, or ``None``."""
+    from verl.utils.reward_score import math_reward  # imports torch: load on first use
+
     boxed = math_reward.last_boxed_only_string(text)
     if boxed is None:
         return None
@@ -114,7 +114,10 @@ def _boxed_content(text: str) -> str | None:
 
 
 def _plain_answer(value: Any) -> str | None:
-    """A short final answer as a string: ``27.0 -> "27"``, ``["$1$", "2"] -> "1, 2"``, ``"\\boxed{5}" -> "5"``."""
+    """A short final answer as a string.
+
+    ``27.0 -> "27"``, ``["$1$", "2"] -> "1, 2"``, ``"\\boxed{5}" -> "5"``, ``"$x^2$" -> "x^2"``.
+    """
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):

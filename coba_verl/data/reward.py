@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.utils.reward_score import default_compute_score, math_dapo
-
 __all__ = ["DAPO_EVAL_SOURCES", "compute_score", "score_value"]
 
 # data_source names written by `python -m coba_verl.data` that veRL does not route itself.
@@ -39,6 +37,8 @@ def compute_score(
     Same signature and return type as ``verl.utils.reward_score.default_compute_score``: a float,
     or for the DAPO scorer a dict with ``score`` (+1 / -1), ``acc`` (bool) and ``pred``.
     """
+    from verl.utils.reward_score import default_compute_score, math_dapo  # imports torch: load lazily
+
     if data_source in DAPO_EVAL_SOURCES:
         return math_dapo.compute_score(solution_str, ground_truth)
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from coba_verl.data.formats import AnswerKind, PromptStyle
 
-__all__ = ["SourceSpec", "SOURCES", "GROUPS", "resolve"]
+__all__ = ["SourceSpec", "SOURCES", "GROUPS", "PAPER_EVAL", "resolve"]
 
 
 @dataclass(frozen=True)

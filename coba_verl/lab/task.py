@@ -62,6 +62,8 @@ LEVELS: tuple[Level, ...] = (
     Level("*", 3, 2, 1.0),
 )
 
+import os
+REVERSE = os.environ.get("REV")=="1"
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
 
@@ -98,10 +100,12 @@ def sample_problems(
         rows = np.flatnonzero(lv_idx == k)
         a = _operand(rng, lv.a_digits, rows.size)
         b = _operand(rng, lv.b_digits, rows.size)
+        if lv.op == "-":  # keep differences non-negative
+            a, b = np.maximum(a, b), np.minimum(a, b)
         c = _OPS[lv.op](a, b)
         for r, x, y, z in zip(rows.tolist(), a.tolist(), b.tolist(), c.tolist(), strict=True):
             prompts[r] = f"{x}{lv.op}{y}="
-            answers[r] = str(z)
+            answers[r] = str(z)[::-1] if REVERSE else str(z)
     return prompts, answers, lv_idx.astype(np.int64)
 
 

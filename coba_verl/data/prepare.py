@@ -1,0 +1,466 @@
+"""Read a source (Hugging Face hub or local file), build veRL rows, and write them as parquet.
+
+One row of every written file (the schema of veRL's own preprocessors, fixed so that files of
+different datasets concatenate in one ``data.val_files`` list)::
+
+    data_source    str                       selects the veRL scorer (coba_verl.data.sources)
+    prompt         list<{role, content}>     one user turn: question + the style's instruction
+    ability        str                       "math"
+    reward_model   {style: "rule", ground_truth: str}
+    extra_info     {split, index: int64, source_id, question, solution}
+
+``extra_info.index`` is the row's position among the rows kept, plus ``index_offset``: a stable
+integer (same source, same index), unique within the file. CoBA-RL keys its per-prompt tracker
+by it (spec §2), so training files used together need disjoint offsets.
+
+Rows are never dropped silently. A row is rejected, counted by reason and listed in
+``<split>.rejected.jsonl`` when it has
+
+* ``no_question``: no non-empty problem text;
+* ``no_answer``: no parsable ground truth (e.g. a GSM8K solution without ``####``);
+* ``unscorable_answer``: a ground truth that veRL's routed scorer cannot award 1.0 even to a
+  response stating it verbatim (the prompt could never be solved);
+* ``duplicate``: a repeated problem in a de-duplicated set (first occurrence kept);
+* ``duplicate_conflict``: a repeated problem whose answer differs from the kept one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from coba_verl.data.formats import gold_response, parse_answer, question_text, render_prompt
+from coba_verl.data.reward import compute_score, score_value
+from coba_verl.data.sources import SourceSpec
+
+__all__ = [
+    "SCHEMA",
+    "REJECT_REASONS",
+    "SplitReport",
+    "load_split",
+    "build_rows",
+    "write_rows",
+    "prepare_split",
+    "check_files",
+]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        (
+            "extra_info",
+            pa.struct(
+                [
+                    ("split", pa.string()),
+                    ("index", pa.int64()),
+                    ("source_id", pa.string()),
+                    ("question", pa.string()),
+                    ("solution", pa.string()),
+                ]
+            ),
+        ),
+    ]
+)
+REJECT_REASONS: tuple[str, ...] = (
+    "no_question",
+    "no_answer",
+    "unscorable_answer",
+    "duplicate",
+    "duplicate_conflict",
+)
+_LOCAL_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+@dataclass
+class SplitReport:
+    """What one written split contains and what was left out (also saved in ``manifest.json``)."""
+
+    dataset: str
+    split: str
+    path: str
+    data_source: str
+    origin: str
+    rows_read: int = 0
+    rows_written: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    index_min: int | None = None
+    index_max: int | None = None
+    sha256: str = ""
+
+    @property
+    def rows_rejected(self) -> int:
+        return sum(self.rejected.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def load_split(
+    spec: SourceSpec,
+    split: str,
+    *,
+    local_path: str | os.PathLike[str] | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+) -> tuple[Any, str]:
+    """Load one split as a ``datasets.Dataset``; returns it with a description of its origin.
+
+    Without ``local_path`` this is ``datasets.load_dataset(hub_id, hub_config, split=...)``.
+    ``local_path`` may be a ``.parquet`` / ``.jsonl`` / ``.json`` / ``.csv`` file (read whole as
+    this split), a directory written by ``save_to_disk``, or a downloaded hub snapshot.
+    """
+    import datasets
+
+    if split not in spec.splits:
+        raise ValueError(f"{spec.name} has no split {split!r}; its splits are {sorted(spec.splits)}.")
+    hub_split = spec.splits[split]
+    if local_path is None:
+        repo = hub_id or spec.hub_id
+        config = hub_config if hub_config is not None else spec.hub_config
+        origin = f"hf://{repo}" + (f" ({config})" if config else "") + f" split={hub_split}"
+        logger.info("Loading %s from the Hugging Face hub: %s", spec.name, origin)
+        try:
+            return datasets.load_dataset(repo, config, split=hub_split), origin
+        except Exception as err:  # offline, renamed, gated: say how to continue without the hub
+            raise RuntimeError(
+                f"Could not load {origin} for {spec.name}: {err}. Download it elsewhere and pass "
+                f"--local-path {split}=FILE (parquet/jsonl/json/csv) or a hub snapshot directory."
+            ) from err
+
+    path = Path(local_path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"--local-path {path} does not exist.")
+    origin = str(path.resolve())
+    if path.is_file():
+        builder = _LOCAL_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(
+                f"--local-path {path} has suffix {path.suffix!r}; use one of {sorted(_LOCAL_BUILDERS)}."
+            )
+        return datasets.load_dataset(builder, data_files=str(path), split="train"), origin
+    if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        loaded = datasets.load_from_disk(str(path))
+        if isinstance(loaded, datasets.DatasetDict):
+            if hub_split not in loaded:
+                raise ValueError(f"{path} has splits {sorted(loaded)}, not {hub_split!r}.")
+            loaded = loaded[hub_split]
+        return loaded, origin
+    config = hub_config if hub_config is not None else spec.hub_config
+    return datasets.load_dataset(str(path), config, split=hub_split), origin
+
+
+# ---------------------------------------------------------------------------------------------
+# Building rows
+# ---------------------------------------------------------------------------------------------
+
+
+def _get(row: Mapping[str, Any], name: str) -> Any:
+    """``row["a"]["b"]`` for ``name="a.b"``; ``None`` when any part is missing."""
+    value: Any = row
+    for part in name.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _has_column(columns: Iterable[str], name: str) -> bool:
+    return name.split(".")[0] in set(columns)
+
+
+def _require_columns(spec: SourceSpec, columns: list[str], question_fields, answer_fields) -> None:
+    """Fail before any row is read when no candidate column exists at all (a schema mismatch)."""
+    if not any(_has_column(columns, f) for f in question_fields):
+        raise ValueError(
+            f"{spec.name}: none of the question columns {list(question_fields)} is in the source, "
+            f"whose columns are {sorted(columns)}; pass --question-field."
+        )
+    if not any(_has_column(columns, f) for f, _ in answer_fields):
+        raise ValueError(
+            f"{spec.name}: none of the answer columns {[f for f, _ in answer_fields]} is in the source, "
+            f"whose columns are {sorted(columns)}; pass --answer-field."
+        )
+
+
+def build_rows(
+    spec: SourceSpec,
+    records: Iterable[Mapping[str, Any]],
+    *,
+    split: str,
+    index_offset: int = 0,
+    columns: list[str] | None = None,
+    question_field: str | None = None,
+    answer_field: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """Turn source records into veRL rows.
+
+    Args:
+        spec: The dataset.
+        records: Source rows (dicts), in source order.
+        split: Written to ``extra_info.split``.
+        index_offset: ``extra_info.index`` of the first kept row.
+        columns: The source's column names, to fail early on a schema mismatch.
+        question_field / answer_field: Override the spec's candidate columns (the answer is
+            parsed as ``plain``, or per the spec's kind when the column is one of its own).
+
+    Returns:
+        ``(rows, rejected, n_read)``: the kept rows with indices ``index_offset, +1, ...`` in
+        source order; one record per rejected row (``reason``, ``position``, a preview); the
+        number of records read.
+    """
+    question_fields = (question_field,) if question_field else spec.question_fields
+    if answer_field:
+        kinds = dict(spec.answer_fields)
+        answer_fields: tuple[tuple[str, Any], ...] = ((answer_field, kinds.get(answer_field, "plain")),)
+    else:
+        answer_fields = spec.answer_fields
+    if columns is not None:
+        _require_columns(spec, columns, question_fields, answer_fields)
+
+    rows: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}  # normalised problem -> kept ground truth (dedupe only)
+    n_read = 0
+    for position, record in enumerate(records):
+        n_read += 1
+        question = next((q for q in (question_text(_get(record, f)) for f in question_fields) if q), None)
+        answer = next((a for a in (parse_answer(_get(record, f), k) for f, k in answer_fields) if a), None)
+
+        def reject(reason: str, _pos: int = position, _q: str | None = question, _a: str | None = answer) -> None:
+            rejected.append({"reason": reason, "position": _pos, "question": (_q or "")[:300], "answer": _a})
+
+        if question is None:
+            reject("no_question")
+            continue
+        if answer is None:
+            reject("no_answer")
+            continue
+        if spec.dedupe:
+            key = " ".join(question.split())
+            if key in seen:
+                reject("duplicate" if seen[key] == answer else "duplicate_conflict")
+                continue
+            seen[key] = answer
+        if score_value(compute_score(spec.data_source, gold_response(answer, spec.style), answer)) != 1.0:
+            reject("unscorable_answer")
+            continue
+
+        context = next((c.strip() for c in (_get(record, f) for f in spec.context_fields) if isinstance(c, str) and c.strip()), "")
+        full_question = f"{context}\n{question}" if context else question
+        source_id = next((v for v in (_get(record, f) for f in spec.id_fields) if v is not None), position)
+        solution = next((s for s in (_get(record, f) for f in spec.solution_fields) if isinstance(s, str)), "")
+        rows.append(
+            {
+                "data_source": spec.data_source,
+                "prompt": render_prompt(full_question, spec.style),
+                "ability": spec.ability,
+                "reward_model": {"style": "rule", "ground_truth": answer},
+                "extra_info": {
+                    "split": split,
+                    "index": index_offset + len(rows),
+                    "source_id": str(source_id),
+                    "question": full_question,
+                    "solution": solution,
+                },
+            }
+        )
+    return rows, rejected, n_read
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same directory, then rename: no half-written output."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_rows(rows: list[dict[str, Any]], path: str | os.PathLike[str]) -> str:
+    """Write rows with :data:`SCHEMA` to a parquet file; returns its sha256."""
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    target = Path(path)
+    _atomic_write(target, lambda tmp: pq.write_table(table, tmp))
+    return _sha256(target)
+
+
+def _write_rejected(rejected: list[dict[str, Any]], path: Path) -> None:
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in rejected:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    _atomic_write(path, write)
+
+
+def prepare_split(
+    spec: SourceSpec,
+    split: str,
+    output_dir: str | os.PathLike[str],
+    *,
+    local_path: str | os.PathLike[str] | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+    index_offset: int = 0,
+    limit: int | None = None,
+    question_field: str | None = None,
+    answer_field: str | None = None,
+) -> SplitReport:
+    """Load, build and write ``<output_dir>/<split>.parquet`` for one dataset split.
+
+    Rejected rows go to ``<output_dir>/<split>.rejected.jsonl`` and are counted in the report.
+    ``limit`` reads only the first rows of the source (for smoke runs; indices stay positional).
+    """
+    if index_offset < 0:
+        raise ValueError(f"index_offset={index_offset} must be >= 0.")
+    dataset, origin = load_split(spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config)
+    if limit is not None:
+        dataset = dataset.select(range(min(int(limit), len(dataset))))
+    rows, rejected, n_read = build_rows(
+        spec,
+        dataset,
+        split=split,
+        index_offset=index_offset,
+        columns=list(dataset.column_names),
+        question_field=question_field,
+        answer_field=answer_field,
+    )
+    out = Path(output_dir).expanduser()
+    path = out / f"{split}.parquet"
+    report = SplitReport(dataset=spec.name, split=split, path=str(path), data_source=spec.data_source, origin=origin)
+    report.rows_read = n_read
+    report.rejected = dict(Counter(r["reason"] for r in rejected))
+    if not rows:
+        raise ValueError(
+            f"{spec.name}/{split}: all {n_read} rows were rejected ({report.rejected}); nothing written. "
+            "Check --question-field / --answer-field against the source's columns."
+        )
+    report.sha256 = write_rows(rows, path)
+    report.rows_written = len(rows)
+    report.index_min, report.index_max = index_offset, index_offset + len(rows) - 1
+    rejected_path = out / f"{split}.rejected.jsonl"
+    if rejected:
+        _write_rejected(rejected, rejected_path)
+        logger.warning(
+            "%s/%s: %d of %d rows rejected %s; listed in %s",
+            spec.name, split, len(rejected), n_read, report.rejected, rejected_path,
+        )
+    elif rejected_path.exists():  # a stale list from an earlier run would mislead
+        rejected_path.unlink()
+    _update_manifest(out / "manifest.json", report)
+    return report
+
+
+def _update_manifest(path: Path, report: SplitReport) -> None:
+    """Record the split's report under ``splits[<split>]`` in ``manifest.json``."""
+    import verl
+
+    manifest: dict[str, Any] = {}
+    if path.exists():
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            manifest = {}
+    manifest.setdefault("splits", {})[report.split] = asdict(report)
+    manifest["verl_version"] = getattr(verl, "__version__", "unknown")
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking
+# ---------------------------------------------------------------------------------------------
+
+
+def _iter_rows(path: Path) -> Iterator[dict[str, Any]]:
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        yield from batch.to_pylist()
+
+
+def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = True) -> list[str]:
+    """Problems that would break training on these files together; an empty list means none.
+
+    Checks every row for a chat prompt, a non-empty ground truth and an integer
+    ``extra_info.index``; that indices are unique across all files (CoBA-RL's tracker key);
+    and, with ``score_gold``, that a response stating the ground truth scores 1.0 through the
+    routed veRL scorer (which also catches a ``data_source`` veRL cannot route).
+    """
+    problems: list[str] = []
+    owner: dict[int, str] = {}
+    for raw in paths:
+        path = Path(raw).expanduser()
+        names = set(pq.read_schema(path).names)
+        missing = {"data_source", "prompt", "reward_model", "extra_info"} - names
+        if missing:
+            problems.append(f"{path}: missing columns {sorted(missing)}")
+            continue
+        for pos, row in enumerate(_iter_rows(path)):
+            where = f"{path} row {pos}"
+            prompt, reward, extra = row["prompt"], row["reward_model"] or {}, row["extra_info"] or {}
+            if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and m.get("content") for m in prompt)):
+                problems.append(f"{where}: prompt is not a non-empty list of chat messages")
+            truth = reward.get("ground_truth")
+            if not truth:
+                problems.append(f"{where}: reward_model.ground_truth is empty")
+            index = extra.get("index")
+            if not isinstance(index, int) or isinstance(index, bool):
+                problems.append(f"{where}: extra_info.index={index!r} is not an integer")
+            elif index in owner:
+                problems.append(f"{where}: extra_info.index={index} repeats {owner[index]}")
+            else:
+                owner[index] = where
+            if score_gold and truth:
+                style = _style_of(prompt)
+                try:
+                    value = score_value(compute_score(row["data_source"], gold_response(truth, style), truth))
+                except NotImplementedError:
+                    problems.append(f"{where}: veRL has no scorer for data_source={row['data_source']!r}")
+                    continue
+                if value != 1.0:
+                    problems.append(f"{where}: the gold answer {truth!r} scores {value}, not 1.0")
+    return problems
+
+
+def _style_of(prompt: Any) -> str:
+    """Guess the answer format a prompt asks for, from its instruction."""
+    content = prompt[-1].get("content", "") if isinstance(prompt, list) and prompt else ""
+    if '"####"' in content:
+        return "gsm8k"
+    if "\\boxed" in content:
+        return "boxed"
+    return "dapo"

@@ -1,0 +1,124 @@
+"""Optimisers: heap (Algorithm 1), threshold and DP reach the same optimum under the same contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coba_verl.core.gains import GeometricGains, KnapsackGains, QuadraticGains
+from coba_verl.core.solvers import objective, solve, solve_dp, solve_heap, solve_threshold
+from coba_verl.core.values import CobaValue, KnapsackValue
+
+SOLVERS = [solve_heap, solve_threshold, solve_dp]
+RATES = st.one_of(st.sampled_from([0.0, 1.0, 0.5, 0.25, 0.75]), st.floats(0.0, 1.0))
+
+
+@st.composite
+def instances(draw):
+    m = draw(st.integers(1, 7))
+    low = draw(st.integers(1, 4))
+    up = low + draw(st.integers(0, 7))
+    # Budgets at and near the feasibility edges are drawn as often as interior ones.
+    edge = draw(st.sampled_from(["low", "low+1", "up", "up-1", "any"]))
+    total = {
+        "low": m * low,
+        "low+1": min(m * low + 1, m * up),
+        "up": m * up,
+        "up-1": max(m * up - 1, m * low),
+        "any": draw(st.integers(m * low, m * up)),
+    }[edge]
+    p = np.array(draw(st.lists(RATES, min_size=m, max_size=m)))
+    kind = draw(st.sampled_from(["coba", "knapsack", "ties"]))
+    if kind == "coba":
+        alpha = draw(st.floats(1.0, 10.0))
+        gains = CobaValue(alpha, 11.0 - alpha, tau=draw(st.one_of(st.none(), st.floats(0.5, 20)))).gains(p)
+    elif kind == "knapsack":
+        gains = KnapsackValue().gains(p)
+    else:  # many exact ties: identical prompts
+        gains = CobaValue(5.0, 6.0, tau=4.0).gains(np.full(m, p[0]))
+    return gains, total, low, up
+
+
+@settings(max_examples=1500, deadline=None)
+@given(instances())
+def test_heap_threshold_and_dp_reach_the_same_optimum(inst):
+    gains, total, low, up = inst
+    results = [fn(gains, total, low, up) for fn in SOLVERS]
+    for b in results:
+        assert b.dtype == np.int64
+        assert int(b.sum()) == total
+        assert b.min() >= low and b.max() <= up
+    best = objective(gains, results[2])
+    for b in results[:2]:
+        assert objective(gains, b) == pytest.approx(best, rel=1e-9, abs=1e-12)
+    # Heap and threshold share one tie-breaking rule, so they agree exactly, not just in value.
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_hand_worked_four_prompt_case():
+    # Gains c(1-e^-k)e^{-kB}: k = 0.5 for all, c = [4, 2, 1, 0] -> first gains [1.57, 0.79, 0.39, 0].
+    # Surplus 4 over low=1: B=1 gains 0.95(p0), then p0@2 0.58 vs p1@1 0.48 vs p0@3 0.35 ...
+    gains = GeometricGains(np.array([4.0, 2.0, 1.0, 0.0]), np.full(4, 0.5))
+    table = sorted(
+        ((float(gains.gain_one(i, b)), i, b) for i in range(4) for b in range(1, 4)), key=lambda t: (-t[0], t[1])
+    )
+    expected = np.ones(4, dtype=np.int64)
+    for _, i, _ in table[:4]:
+        expected[i] += 1
+    np.testing.assert_array_equal(expected, [4, 2, 1, 1])
+    for fn in SOLVERS:
+        np.testing.assert_array_equal(fn(gains, 8, 1, 4), expected)
+
+
+def test_equal_gains_go_to_the_first_prompts():
+    gains = QuadraticGains(np.full(4, 2.0))  # uniform target 2; remainder 2 goes by tie-breaking
+    for fn in (solve_heap, solve_threshold):
+        np.testing.assert_array_equal(fn(gains, 10, 1, 8), [3, 3, 2, 2])
+
+
+def test_low_equal_up_forces_every_budget():
+    gains = CobaValue(3.0, 8.0).gains(np.array([0.1, 0.5, 0.9]))
+    for fn in SOLVERS:
+        np.testing.assert_array_equal(fn(gains, 12, 4, 4), [4, 4, 4])
+
+
+@pytest.mark.parametrize(
+    ("m", "total", "low", "up", "message"),
+    [
+        (3, 5, 2, 8, "total=5 is infeasible for M=3 prompts with low=2, up=8: need 6 <= total <= 24."),
+        (3, 25, 2, 8, "total=25 is infeasible for M=3 prompts with low=2, up=8: need 6 <= total <= 24."),
+        (0, 0, 2, 8, "cannot allocate a budget over M=0 prompts: the batch is empty."),
+        (3, 6, 0, 8, "low=0 is invalid: every prompt needs at least 1 rollout (2 under GRPO)."),
+        (3, 6, 3, 2, "up=2 is below low=3."),
+    ],
+)
+def test_raise_error(m, total, low, up, message):
+    gains = GeometricGains(np.ones(m), np.full(m, 0.1))
+    for fn in SOLVERS:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            fn(gains, total, low, up)
+
+
+def test_unknown_solver_name_is_rejected():
+    with pytest.raises(ValueError, match="solver='greedy' is unknown"):
+        solve(GeometricGains(np.ones(2), np.ones(2)), 4, 2, 2, solver="greedy")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("m", "per_prompt"), [(64, 16), (512, 16), (300, 7)])
+def test_threshold_matches_heap_at_training_sizes(seed, m, per_prompt):
+    rng = np.random.default_rng(seed)
+    # Real batches repeat pass rates a lot (k/16 fractions), which makes exact ties common.
+    p = rng.integers(0, 17, size=m) / 16.0
+    gains = CobaValue(7.26, 3.74).gains(p)
+    total = m * per_prompt
+    np.testing.assert_array_equal(solve_threshold(gains, total, 2, 128), solve_heap(gains, total, 2, 128))
+
+
+def test_knapsack_gains_are_nonincreasing_and_zero_at_certain_outcomes():
+    gains = KnapsackGains(np.array([0.0, 0.3, 0.5, 1.0]))
+    g = np.stack([gains.gain(np.full(4, b)) for b in range(2, 60)])
+    assert np.all(np.diff(g, axis=0) <= 1e-15)
+    assert np.all(g[:, [0, 3]] == 0.0)

@@ -1,0 +1,135 @@
+"""CapabilityTracker: window semantics, global failure rate, cold start, state round trip, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coba_verl.core.capability import beta_shape, psi
+from coba_verl.core.tracker import CapabilityTracker, scores_to_successes
+
+
+def test_window_of_one_keeps_only_the_last_appearance():
+    tr = CapabilityTracker(10, window=1)
+    tr.record([3], [4], [4])
+    tr.end_step()
+    tr.record([3], [1], [4])
+    tr.end_step()
+    assert tr.pass_rates([3])[0] == 0.25
+
+
+def test_window_of_three_pools_rollouts_of_the_last_three_appearances():
+    tr = CapabilityTracker(10, window=3)
+    for succ, roll in [(8, 8), (0, 4), (2, 4), (1, 2)]:
+        tr.record([5], [succ], [roll])
+        tr.end_step()
+    # last three appearances: (0/4), (2/4), (1/2) -> 3 / 10, pooled over rollouts
+    assert tr.pass_rates([5])[0] == pytest.approx(0.3)
+    assert tr.last_pass_rates([5])[0] == 0.5
+
+
+def test_rollouts_of_one_prompt_spread_over_calls_count_as_one_appearance():
+    tr = CapabilityTracker(10, window=2)
+    tr.record_scores([1, 1, 2], [1.0, 0.0, 1.0])
+    tr.record_scores([1, 2], [1.0, 0.0])
+    tr.end_step()
+    np.testing.assert_allclose(tr.pass_rates([1, 2]), [2 / 3, 1 / 2])
+    tr.record([1], [0], [3])
+    tr.end_step()
+    assert tr.pass_rates([1])[0] == pytest.approx(2 / 6)  # two appearances, not three
+
+
+def test_unseen_prompt_is_unknown_and_cold_start_shape_is_kappa_minus_two():
+    tr = CapabilityTracker(10, window=3, kappa=11.0)
+    assert np.isnan(tr.pass_rates([0, 9])).all()
+    assert not tr.seen([0]).any()
+    assert (tr.alpha, tr.beta) == (9.0, 2.0)
+    assert np.isnan(tr.f_bar)
+
+
+def test_global_failure_rate_is_the_mean_of_per_prompt_rates_over_the_last_k_steps():
+    tr = CapabilityTracker(10, window=2, kappa=11.0)
+    tr.record([0, 1], [1, 4], [4, 4])  # rates 0.25, 1.0 -> S = 0.625, F = 0.375 (not pooled 5/8)
+    out = tr.end_step()
+    assert out["F_t"] == pytest.approx(0.375)
+    tr.record([2], [0], [2])  # F = 1.0
+    tr.end_step()
+    tr.record([3], [2], [2])  # F = 0.0; window 2 -> mean(1.0, 0.0)
+    tr.end_step()
+    assert tr.f_bar == pytest.approx(0.5)
+    assert (tr.alpha, tr.beta) == beta_shape(psi(0.5), 11.0)
+
+
+def test_reverse_shape_is_driven_by_the_success_rate():
+    tr = CapabilityTracker(4, window=1, kappa=11.0)
+    tr.record([0], [1], [10])  # F = 0.9
+    tr.end_step()
+    assert tr.shape() == beta_shape(0.9, 11.0)
+    assert tr.shape(reverse=True) == beta_shape(psi(0.1), 11.0)
+
+
+def test_dapo_minus_one_plus_one_scores_map_to_successes():
+    np.testing.assert_array_equal(scores_to_successes([1.0, -1.0, 1.0, 0.5]), [1, 0, 1, 0])
+    np.testing.assert_array_equal(scores_to_successes([2.0, 1.0], success_value=2.0), [1, 0])
+
+
+def test_state_round_trip_restores_everything_including_uncommitted_rollouts():
+    rng = np.random.default_rng(0)
+    a = CapabilityTracker(50, window=3)
+    for _ in range(5):
+        ids = rng.choice(50, size=12, replace=False)
+        roll = rng.integers(1, 9, size=12)
+        a.record(ids, rng.integers(0, roll + 1), roll)
+        a.end_step()
+    a.record([7], [1], [2])  # pending at checkpoint time
+    b = CapabilityTracker(50, window=3)
+    b.load_state_dict(a.state_dict())
+    ids = np.arange(50)
+    np.testing.assert_array_equal(a.pass_rates(ids), b.pass_rates(ids))
+    assert (a.alpha, a.beta, a.f_bar, a.steps) == (b.alpha, b.beta, b.f_bar, b.steps)
+    assert a.end_step() == b.end_step()
+    np.testing.assert_array_equal(a.pass_rates(ids), b.pass_rates(ids))
+
+
+def test_state_from_another_window_is_refused():
+    a = CapabilityTracker(5, window=3)
+    with pytest.raises(ValueError, match="window=3 but this run has window=1"):
+        CapabilityTracker(5, window=1).load_state_dict(a.state_dict())
+
+
+def test_empty_step_leaves_state_unchanged():
+    tr = CapabilityTracker(5)
+    assert tr.end_step() == {}
+    assert tr.steps == 0
+
+
+@pytest.mark.parametrize(
+    ("ids", "succ", "roll", "message"),
+    [
+        ([1], [3], [2], "prompt 1: successes=3 exceeds rollouts=2"),
+        ([1], [-1], [2], "counts must be non-negative"),
+        ([10], [1], [2], r"prompt id 10 is outside the id space \[0, 10\)"),
+        ([-1], [1], [2], r"prompt id -1 is outside the id space \[0, 10\)"),
+        ([1, 2], [1], [2, 2], "must have the same length, got 2, 1, 2"),
+        ([1.5], [1], [2], "ids must hold integers"),
+    ],
+)
+def test_record_raises_error(ids, succ, roll, message):
+    with pytest.raises(ValueError, match=message):
+        CapabilityTracker(10).record(ids, succ, roll)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_scores_are_refused(bad):
+    with pytest.raises(ValueError, match="score at position 1 is"):
+        CapabilityTracker(10).record_scores([1, 2], [1.0, bad])
+
+
+def test_large_id_space_stays_small():
+    tr = CapabilityTracker(1_000_000, window=3)
+    state_bytes = sum(v.nbytes for v in tr.state_dict().values() if isinstance(v, np.ndarray))
+    assert state_bytes < 40 * 2**20
+    ids = np.arange(0, 1_000_000, 97)
+    tr.record(ids, np.ones_like(ids), np.full_like(ids, 2))
+    tr.end_step()
+    assert np.all(tr.pass_rates(ids) == 0.5)
