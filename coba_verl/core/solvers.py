@@ -100,14 +100,14 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
         return np.full(m, int(up), dtype=np.int64)
 
     idx = np.arange(m)
-    g_first = gains.gain_at(idx, np.full(m, low))  # (M,) largest gain of each prompt
-    g_last = gains.gain_at(idx, np.full(m, up - 1))  # (M,) smallest gain of each prompt
+    g_first = gains.gain(np.full(m, low))  # (M,) largest gain of each prompt
+    g_last = gains.gain(np.full(m, up - 1))  # (M,) smallest gain of each prompt
     hi = float(np.nextafter(g_first.max(), np.inf))  # N(hi) = 0 <= S
     lo = float(g_last.min())  # N(lo) = M * W >= S
     n_hi = np.zeros(m, dtype=np.int64)
     n_lo = np.full(m, width, dtype=np.int64)
     lo_start, hi_start = lo, hi
-    few = max(2 * m, 64)  # stop once this few gains lie in [lo, hi)
+    few = max(m // 2, 64)  # stop once this few gains lie in [lo, hi)
     target = float(surplus)
     side = 0  # Illinois: which end moved last, to halve the stale end's weight
     w_lo = w_hi = 1.0
@@ -129,6 +129,10 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
         if not lo < mid < hi:
             break  # lo and hi are adjacent floats: the rest are exact ties
         n_mid = gains.count_at_least(mid, low, up, exact=False)
+        if int(n_mid.sum()) == surplus:
+            n_mid = gains.count_at_least(mid, low, up)  # exact: if it still hits S, the gains >= mid are the top S
+            if int(n_mid.sum()) == surplus:
+                return base + n_mid
         if int(n_mid.sum()) >= surplus:
             lo, n_lo = mid, n_mid
             w_hi = w_hi * 0.5 if side == -1 else 1.0
@@ -154,7 +158,9 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
     cand_level = n_hi[cand_prompt] + (np.arange(cand_prompt.size) - starts[cand_prompt])
     cand_gain = gains.gain_at(cand_prompt, low + cand_level)
     need = surplus - int(n_hi.sum())
-    order = np.lexsort((cand_level, cand_prompt, -cand_gain))[:need]
+    # Candidates are listed prompt-major, level-minor, so a stable sort on the gain alone orders
+    # ties by (prompt, level), the heap's order.
+    order = np.argsort(-cand_gain, kind="stable")[:need]
     extra = np.bincount(cand_prompt[order], minlength=m)
     return base + n_hi + extra
 

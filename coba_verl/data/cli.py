@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m coba_verl.data",
         description="Write veRL parquet files (data_source, chat prompt, ability, reward_model, "
         "extra_info.index) for CoBA-RL recipes, or check existing files.",
-        epilog=f"datasets:\n{listing}\ngroups:\n{groups}\n  check          check parquet files given as FILES",
+        epilog=f"datasets:\n{listing}\ngroups:\n{groups}\n  {'check':<14} check the parquet FILES given",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("dataset", choices=choices, metavar="DATASET", help="a dataset, a group, or 'check'")
@@ -87,10 +87,14 @@ def _local_paths(raw: list[str], specs: tuple[SourceSpec, ...], group: bool) -> 
             key, path = "", item
         if group:
             if key not in out:
-                raise ValueError(f"--local-path {item}: for a group, prefix the path with a member, one of {sorted(out)}.")
+                raise ValueError(
+                    f"--local-path {item}: for a group, prefix the path with a member, one of {sorted(out)}."
+                )
             spec = next(s for s in specs if s.name == key)
             if len(spec.splits) != 1:
-                raise ValueError(f"--local-path {item}: {key} has splits {sorted(spec.splits)}; run it on its own.")
+                raise ValueError(
+                    f"--local-path {item}: {key} has splits {sorted(spec.splits)}; prepare it on its own."
+                )
             out[key][next(iter(spec.splits))] = path
             continue
         spec = specs[0]
@@ -102,7 +106,10 @@ def _local_paths(raw: list[str], specs: tuple[SourceSpec, ...], group: bool) -> 
                 )
             key = next(iter(spec.splits))
         if key not in spec.splits:
-            raise ValueError(f"--local-path {item}: {spec.name} has no split {key!r}; its splits are {sorted(spec.splits)}.")
+            raise ValueError(
+                f"--local-path {item}: {spec.name} has no split {key!r}; "
+                f"its splits are {sorted(spec.splits)}."
+            )
         out[spec.name][key] = path
     return out
 
@@ -113,8 +120,16 @@ def _print_table(reports: list[SplitReport]) -> None:
     for r in reports:
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(r.rejected.items())) or "0"
         lines.append(
-            (r.dataset, r.split, str(r.rows_read), str(r.rows_written), reasons,
-             f"{r.index_min}..{r.index_max}", r.data_source, r.path)
+            (
+                r.dataset,
+                r.split,
+                str(r.rows_read),
+                str(r.rows_written),
+                reasons,
+                f"{r.index_min}..{r.index_max}",
+                r.data_source,
+                r.path,
+            )
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
@@ -152,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         specs = resolve(args.dataset)
         local = _local_paths(args.local_path, specs, group)
         if group and (args.hub_id or args.question_field or args.answer_field):
-            raise ValueError("--hub-id / --question-field / --answer-field apply to one dataset, not a group.")
+            raise ValueError(
+                "--hub-id, --question-field and --answer-field apply to one dataset, not a group."
+            )
         wanted = set(args.splits.split(",")) if args.splits else None
     except ValueError as err:
         parser.error(str(err))

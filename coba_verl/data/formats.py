@@ -52,6 +52,7 @@ DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 
 # veRL's GSM8K preprocessor and strict scorer both read the number after "#### ".
 _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
+_INTEGER = re.compile(r"[+-]?\d+")
 
 
 def render_prompt(question: str, style: PromptStyle) -> list[dict[str, str]]:
@@ -116,7 +117,8 @@ def _boxed_content(text: str) -> str | None:
 def _plain_answer(value: Any) -> str | None:
     """A short final answer as a string.
 
-    ``27.0 -> "27"``, ``["$1$", "2"] -> "1, 2"``, ``"\\boxed{5}" -> "5"``, ``"$x^2$" -> "x^2"``.
+    ``27.0 -> "27"``, ``"023" -> "23"``, ``["$1$", "2"] -> "1, 2"``, ``"\\boxed{5}" -> "5"``,
+    ``"$x^2$" -> "x^2"``.
     """
     if value is None or isinstance(value, bool):
         return None
@@ -132,6 +134,8 @@ def _plain_answer(value: Any) -> str | None:
             return _boxed_content(text)
         if len(text) >= 2 and text.startswith("$") and text.endswith("$"):
             text = text.strip("$").strip()
+        if _INTEGER.fullmatch(text):  # AIME-style "023" -> "23": scorers compare strings
+            text = str(int(text))
         return text or None
     if isinstance(value, Sequence):
         parts = [p for p in (_plain_answer(v) for v in value) if p]

@@ -13,8 +13,9 @@ different datasets concatenate in one ``data.val_files`` list)::
 integer (same source, same index), unique within the file. CoBA-RL keys its per-prompt tracker
 by it (spec §2), so training files used together need disjoint offsets.
 
-Rows are never dropped silently. A row is rejected, counted by reason and listed in
-``<split>.rejected.jsonl`` when it has
+Rows are never dropped silently. A row is rejected and counted by reason (in the report and
+``manifest.json``) when it has the faults below; all but exact ``duplicate`` rows are also listed
+in ``<split>.rejected.jsonl`` (DAPO-Math-17K alone repeats ~1.77M rows):
 
 * ``no_question``: no non-empty problem text;
 * ``no_answer``: no parsable ground truth (e.g. a GSM8K solution without ``####``);
@@ -47,6 +48,7 @@ from coba_verl.data.sources import SourceSpec
 __all__ = [
     "SCHEMA",
     "REJECT_REASONS",
+    "Built",
     "SplitReport",
     "load_split",
     "build_rows",
@@ -106,6 +108,23 @@ class SplitReport:
     @property
     def rows_rejected(self) -> int:
         return sum(self.rejected.values())
+
+
+@dataclass
+class Built:
+    """The result of :func:`build_rows`.
+
+    Attributes:
+        rows: Kept rows, in source order, ``extra_info.index = index_offset, +1, ...``.
+        rejected: One record per listed rejected row: ``reason``, source ``position``, a preview.
+        counts: Rejected rows per reason (all reasons, ``duplicate`` included).
+        n_read: Source records read.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    n_read: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +219,27 @@ def _require_columns(spec: SourceSpec, columns: list[str], question_fields, answ
         )
 
 
+def _reject_reason(
+    spec: SourceSpec, question: str | None, answer: str | None, seen: dict[str, str]
+) -> str | None:
+    """Why a parsed row cannot be written (one of :data:`REJECT_REASONS`), or ``None`` to keep it.
+
+    ``seen`` maps each kept problem (whitespace-normalised) to its answer; a kept row is added.
+    """
+    if question is None:
+        return "no_question"
+    if answer is None:
+        return "no_answer"
+    key = " ".join(question.split())
+    if spec.dedupe and key in seen:
+        return "duplicate" if seen[key] == answer else "duplicate_conflict"
+    if score_value(compute_score(spec.data_source, gold_response(answer, spec.style), answer)) != 1.0:
+        return "unscorable_answer"
+    if spec.dedupe:
+        seen[key] = answer
+    return None
+
+
 def build_rows(
     spec: SourceSpec,
     records: Iterable[Mapping[str, Any]],
@@ -209,8 +249,8 @@ def build_rows(
     columns: list[str] | None = None,
     question_field: str | None = None,
     answer_field: str | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """Turn source records into veRL rows.
+) -> Built:
+    """Turn source records into veRL rows (schema in the module docstring).
 
     Args:
         spec: The dataset.
@@ -222,9 +262,7 @@ def build_rows(
             parsed as ``plain``, or per the spec's kind when the column is one of its own).
 
     Returns:
-        ``(rows, rejected, n_read)``: the kept rows with indices ``index_offset, +1, ...`` in
-        source order; one record per rejected row (``reason``, ``position``, a preview); the
-        number of records read.
+        A :class:`Built` with the kept rows and what was rejected, by reason.
     """
     question_fields = (question_field,) if question_field else spec.question_fields
     if answer_field:
@@ -235,38 +273,28 @@ def build_rows(
     if columns is not None:
         _require_columns(spec, columns, question_fields, answer_fields)
 
-    rows: list[dict[str, Any]] = []
-    rejected: list[dict[str, Any]] = []
+    out = Built()
+    rows = out.rows
     seen: dict[str, str] = {}  # normalised problem -> kept ground truth (dedupe only)
-    n_read = 0
     for position, record in enumerate(records):
-        n_read += 1
+        out.n_read += 1
         question = next((q for q in (question_text(_get(record, f)) for f in question_fields) if q), None)
         answer = next((a for a in (parse_answer(_get(record, f), k) for f, k in answer_fields) if a), None)
 
-        def reject(reason: str, _pos: int = position, _q: str | None = question, _a: str | None = answer) -> None:
-            rejected.append({"reason": reason, "position": _pos, "question": (_q or "")[:300], "answer": _a})
-
-        if question is None:
-            reject("no_question")
-            continue
-        if answer is None:
-            reject("no_answer")
-            continue
-        if spec.dedupe:
-            key = " ".join(question.split())
-            if key in seen:
-                reject("duplicate" if seen[key] == answer else "duplicate_conflict")
-                continue
-            seen[key] = answer
-        if score_value(compute_score(spec.data_source, gold_response(answer, spec.style), answer)) != 1.0:
-            reject("unscorable_answer")
+        reason = _reject_reason(spec, question, answer, seen)
+        if reason is not None:
+            out.counts[reason] += 1
+            if reason != "duplicate":
+                preview = {"question": (question or "")[:300], "answer": answer}
+                out.rejected.append({"reason": reason, "position": position, **preview})
             continue
 
-        context = next((c.strip() for c in (_get(record, f) for f in spec.context_fields) if isinstance(c, str) and c.strip()), "")
+        contexts = (_get(record, f) for f in spec.context_fields)
+        context = next((c.strip() for c in contexts if isinstance(c, str) and c.strip()), "")
         full_question = f"{context}\n{question}" if context else question
         source_id = next((v for v in (_get(record, f) for f in spec.id_fields) if v is not None), position)
-        solution = next((s for s in (_get(record, f) for f in spec.solution_fields) if isinstance(s, str)), "")
+        solutions = (_get(record, f) for f in spec.solution_fields)
+        solution = next((s for s in solutions if isinstance(s, str)), "")
         rows.append(
             {
                 "data_source": spec.data_source,
@@ -282,7 +310,7 @@ def build_rows(
                 },
             }
         )
-    return rows, rejected, n_read
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +379,7 @@ def prepare_split(
     dataset, origin = load_split(spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config)
     if limit is not None:
         dataset = dataset.select(range(min(int(limit), len(dataset))))
-    rows, rejected, n_read = build_rows(
+    built = build_rows(
         spec,
         dataset,
         split=split,
@@ -362,23 +390,37 @@ def prepare_split(
     )
     out = Path(output_dir).expanduser()
     path = out / f"{split}.parquet"
-    report = SplitReport(dataset=spec.name, split=split, path=str(path), data_source=spec.data_source, origin=origin)
-    report.rows_read = n_read
-    report.rejected = dict(Counter(r["reason"] for r in rejected))
+    report = SplitReport(
+        dataset=spec.name, split=split, path=str(path), data_source=spec.data_source, origin=origin
+    )
+    rows = built.rows
+    report.rows_read = built.n_read
+    report.rejected = dict(sorted(built.counts.items()))
     if not rows:
         raise ValueError(
-            f"{spec.name}/{split}: all {n_read} rows were rejected ({report.rejected}); nothing written. "
-            "Check --question-field / --answer-field against the source's columns."
+            f"{spec.name}/{split}: all {built.n_read} rows were rejected ({report.rejected}); nothing "
+            "written. Check --question-field / --answer-field against the source's columns."
         )
     report.sha256 = write_rows(rows, path)
     report.rows_written = len(rows)
     report.index_min, report.index_max = index_offset, index_offset + len(rows) - 1
     rejected_path = out / f"{split}.rejected.jsonl"
-    if rejected:
-        _write_rejected(rejected, rejected_path)
+    if report.rows_rejected:
         logger.warning(
-            "%s/%s: %d of %d rows rejected %s; listed in %s",
-            spec.name, split, len(rejected), n_read, report.rejected, rejected_path,
+            "%s/%s: %d of %d rows rejected %s",
+            spec.name,
+            split,
+            report.rows_rejected,
+            built.n_read,
+            report.rejected,
+        )
+    if built.rejected:
+        _write_rejected(built.rejected, rejected_path)
+        logger.warning(
+            "%s/%s: rejected rows other than exact duplicates are listed in %s",
+            spec.name,
+            split,
+            rejected_path,
         )
     elif rejected_path.exists():  # a stale list from an earlier run would mislead
         rejected_path.unlink()
@@ -432,7 +474,10 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
         for pos, row in enumerate(_iter_rows(path)):
             where = f"{path} row {pos}"
             prompt, reward, extra = row["prompt"], row["reward_model"] or {}, row["extra_info"] or {}
-            if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and m.get("content") for m in prompt)):
+            is_chat = isinstance(prompt, list) and all(
+                isinstance(m, dict) and m.get("content") for m in prompt
+            )
+            if not (is_chat and prompt):
                 problems.append(f"{where}: prompt is not a non-empty list of chat messages")
             truth = reward.get("ground_truth")
             if not truth:

@@ -105,7 +105,7 @@ SOURCES: dict[str, SourceSpec] = {
         ),
         SourceSpec(
             name="math500",
-            description="MATH-500 (HuggingFaceH4/MATH-500), veRL's boxed format; validation of the math recipe.",
+            description="MATH-500 (HuggingFaceH4/MATH-500), boxed format; the math recipe's validation.",
             hub_id="HuggingFaceH4/MATH-500",
             hub_config=None,
             splits={"test": "test"},
@@ -125,7 +125,11 @@ SOURCES: dict[str, SourceSpec] = {
             data_source="math_dapo",
             style="dapo",
             question_fields=("prompt", "problem", "question"),
-            answer_fields=(("reward_model.ground_truth", "plain"), ("solution", "plain"), ("answer", "plain")),
+            answer_fields=(
+                ("reward_model.ground_truth", "plain"),  # BytedTsinghua-SIA release: chat prompt + gt
+                ("solution", "plain"),  # open-r1/DAPO-Math-17k-Processed: bare problem + answer
+                ("answer", "plain"),
+            ),
             id_fields=("extra_info.index",),
             dedupe=True,
             training=True,
@@ -191,7 +195,7 @@ SOURCES: dict[str, SourceSpec] = {
         ),
         SourceSpec(
             name="olympiadbench",
-            description="OlympiadBench, English text-only open-ended maths (Hothan/OlympiadBench), DAPO format.",
+            description="OlympiadBench, English text-only maths (Hothan/OlympiadBench), DAPO format.",
             hub_id="Hothan/OlympiadBench",
             hub_config="OE_TO_maths_en_COMP",
             splits={"test": "train"},
