@@ -70,9 +70,11 @@ def main() -> None:
         print(f"{name:<10}{r[name] * 1e3:>10.3f}ms{r[name] / r['fast']:>19.0f}x")
     print(f"same objective (dp, heap, fast): {bool(r['agree'])}; heap == fast budgets: {bool(r['same'])}\n")
 
-    print("Scaling at 16 rollouts per prompt, [2, 128] (DP only up to M = %d; '-' = not run)" % dp_max)
-    print(f"{'M':>6}{'B_total':>9}{'dp':>12}{'heap':>12}{'fast':>11}{'heap/fast':>11}"
-          f"{'dp/fast':>10}{'alloc()':>10}{'agree':>7}")
+    print(f"Scaling at 16 rollouts per prompt, [2, 128] (DP only up to M = {dp_max}; '-' = not run)")
+    print(
+        f"{'M':>6}{'B_total':>9}{'dp':>12}{'heap':>12}{'fast':>11}{'heap/fast':>11}"
+        f"{'dp/fast':>10}{'alloc()':>10}{'agree':>7}"
+    )
     for m in (256, 512, 1024, 2048, 4096, 8192):
         total = 16 * m
         p = pass_rates(m, rng)
@@ -84,8 +86,10 @@ def main() -> None:
         t_alloc, _ = best_time(lambda: alloc.allocate(np.arange(m), total).budgets, repeats)  # noqa: B023
         dp = f"{r['dp']:.3f}s" if "dp" in r else "-"
         dp_ratio = f"{r['dp'] / r['fast']:.0f}x" if "dp" in r else "-"
-        print(f"{m:>6}{total:>9}{dp:>12}{r['heap'] * 1e3:>10.2f}ms{r['fast'] * 1e3:>9.3f}ms"
-              f"{r['heap'] / r['fast']:>10.0f}x{dp_ratio:>10}{t_alloc * 1e3:>8.2f}ms{bool(r['agree']):>7}")
+        print(
+            f"{m:>6}{total:>9}{dp:>12}{r['heap'] * 1e3:>10.2f}ms{r['fast'] * 1e3:>9.3f}ms"
+            f"{r['heap'] / r['fast']:>10.0f}x{dp_ratio:>10}{t_alloc * 1e3:>8.2f}ms{bool(r['agree']):>7}"
+        )
     print("\nalloc(): BudgetAllocator.allocate end to end (tracker lookup, Beta pdf, tau, fast solver).")
 
 

@@ -1,8 +1,8 @@
 """`coba-verl` console script: one entry point, three sub-commands.
 
-    coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
-    coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
-    coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
+coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
+coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
+coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
 """
 
 from __future__ import annotations

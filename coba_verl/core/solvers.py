@@ -130,7 +130,8 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
             break  # lo and hi are adjacent floats: the rest are exact ties
         n_mid = gains.count_at_least(mid, low, up, exact=False)
         if int(n_mid.sum()) == surplus:
-            n_mid = gains.count_at_least(mid, low, up)  # exact: if it still hits S, the gains >= mid are the top S
+            # Exact count: if it still hits S, the gains >= mid are exactly the top S.
+            n_mid = gains.count_at_least(mid, low, up)
             if int(n_mid.sum()) == surplus:
                 return base + n_mid
         if int(n_mid.sum()) >= surplus:

@@ -14,7 +14,9 @@ from coba_verl.core.solvers import objective, solve_dp
 from coba_verl.core.values import CobaValue
 
 
-def _run_steps(alloc: BudgetAllocator, rng: np.random.Generator, steps: int, m: int, n: int) -> list[np.ndarray]:
+def _run_steps(
+    alloc: BudgetAllocator, rng: np.random.Generator, steps: int, m: int, n: int
+) -> list[np.ndarray]:
     out = []
     true_p = np.linspace(0.0, 1.0, alloc.tracker.num_prompts)
     for _ in range(steps):
@@ -72,7 +74,7 @@ def test_resume_reproduces_the_uninterrupted_allocations():
     resumed = BudgetAllocator(cfg, num_prompts=100)
     resumed.load_state_dict(state)
     tail = _run_steps(resumed, rng, steps=3, m=20, n=16)
-    for a, b in zip(uninterrupted, head + tail):
+    for a, b in zip(uninterrupted, head + tail, strict=True):
         np.testing.assert_array_equal(a, b)
     assert any(not np.all(b == 16) for b in uninterrupted[1:])  # the allocation really varied
 

@@ -61,9 +61,8 @@ def test_hand_worked_four_prompt_case():
     # Gains c(1-e^-k)e^{-kB}: k = 0.5 for all, c = [4, 2, 1, 0] -> first gains [1.57, 0.79, 0.39, 0].
     # Surplus 4 over low=1: B=1 gains 0.95(p0), then p0@2 0.58 vs p1@1 0.48 vs p0@3 0.35 ...
     gains = GeometricGains(np.array([4.0, 2.0, 1.0, 0.0]), np.full(4, 0.5))
-    table = sorted(
-        ((float(gains.gain_one(i, b)), i, b) for i in range(4) for b in range(1, 4)), key=lambda t: (-t[0], t[1])
-    )
+    items = [(float(gains.gain_one(i, b)), i, b) for i in range(4) for b in range(1, 4)]
+    table = sorted(items, key=lambda t: (-t[0], t[1]))
     expected = np.ones(4, dtype=np.int64)
     for _, i, _ in table[:4]:
         expected[i] += 1
