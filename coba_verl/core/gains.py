@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,6 +40,13 @@ class GainModel(ABC):
     @abstractmethod
     def gain_one(self, i: int, b: int) -> float:
         """Scalar gain of prompt i at budget b, in plain Python (for the textbook heap)."""
+
+    def total_counter(self, low: int, up: int) -> Callable[[float], float]:
+        """A function lam -> sum_i n_i(lam), possibly one off per prompt, for a quick search.
+
+        Generic version: the exact count. `GeometricGains` returns a closed form.
+        """
+        return lambda lam: float(self.count_at_least(lam, low, up).sum())
 
     def count_at_least(self, lam: float, low: int, up: int, exact: bool = True) -> np.ndarray:
         """(M,) n_i = #{j in [0, up - low): gain_i(low + j) >= lam}.
@@ -105,6 +113,24 @@ class GeometricGains(GainModel):
 
     def gain(self, b: np.ndarray) -> np.ndarray:
         return self._step * np.exp(-self.k * np.asarray(b, dtype=np.float64))
+
+    def total_counter(self, low: int, up: int) -> Callable[[float], float]:
+        """lam -> sum_i clip(floor(a_i - log(lam) / k_i), 0, W), a_i = log dV_i(0) / k_i - low + 1.
+
+        Four numpy calls per evaluation; float rounding may put a prompt's count one off.
+        """
+        width = float(up - low)
+        with np.errstate(invalid="ignore"):
+            a = np.where(self._degenerate, -np.inf, self._log_step * self._inv_k - low + 1.0)
+        inv_k = self._inv_k
+
+        def total(lam: float) -> float:
+            if lam <= 0.0:
+                return width * self.size
+            raw = a - math.log(lam) * inv_k
+            return float(np.clip(np.floor(raw, out=raw), 0.0, width, out=raw).sum())
+
+        return total
 
     def count_at_least(self, lam: float, low: int, up: int, exact: bool = True) -> np.ndarray:
         """Closed form n_i = clip(floor((log dV_i(low) - log lam) / k_i) + 1, 0, W), then exact fix-up.

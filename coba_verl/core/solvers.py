@@ -24,6 +24,7 @@ Notation: budgets is (M,) int64 with sum == total and low <= budgets <= up.
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -102,50 +103,48 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
     idx = np.arange(m)
     g_first = gains.gain(np.full(m, low))  # (M,) largest gain of each prompt
     g_last = gains.gain(np.full(m, up - 1))  # (M,) smallest gain of each prompt
-    hi = float(np.nextafter(g_first.max(), np.inf))  # N(hi) = 0 <= S
-    lo = float(g_last.min())  # N(lo) = M * W >= S
-    n_hi = np.zeros(m, dtype=np.int64)
-    n_lo = np.full(m, width, dtype=np.int64)
-    lo_start, hi_start = lo, hi
-    few = max(m // 2, 64)  # stop once this few gains lie in [lo, hi)
+    lo_start = float(g_last.min())  # N(lo) = M * W >= S
+    hi_start = float(np.nextafter(g_first.max(), np.inf))  # N(hi) = 0 <= S
+    lo, hi = lo_start, hi_start
+    c_lo, c_hi = float(m * width), 0.0
+    total_of = gains.total_counter(low, up)  # quick, maybe one off per prompt
+    few = max(m // 2, 64)  # stop once about this few gains lie in [lo, hi)
     target = float(surplus)
     side = 0  # Illinois: which end moved last, to halve the stale end's weight
     w_lo = w_hi = 1.0
     for _ in range(max_iter):
-        c_lo, c_hi = float(n_lo.sum()), float(n_hi.sum())
         if c_lo - c_hi <= few:
             break
         if lo > 0.0:
             # Regula falsi on log(lam): N is close to linear in log(lam) for geometric gains.
-            t_lo, t_hi = np.log(lo), np.log(hi)
+            t_lo, t_hi = math.log(lo), math.log(hi)
             frac = (w_lo * (c_lo - target)) / (w_lo * (c_lo - target) + w_hi * (target - c_hi))
-            mid = float(np.exp(t_lo + frac * (t_hi - t_lo)))
+            mid = math.exp(t_lo + frac * (t_hi - t_lo))
             if not lo < mid < hi:
-                mid = float(np.sqrt(lo * hi))
+                mid = math.sqrt(lo * hi)
         else:
             mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
             mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
             break  # lo and hi are adjacent floats: the rest are exact ties
-        n_mid = gains.count_at_least(mid, low, up, exact=False)
-        if int(n_mid.sum()) == surplus:
-            # Exact count: if it still hits S, the gains >= mid are exactly the top S.
+        c_mid = total_of(mid)
+        if c_mid == target:
             n_mid = gains.count_at_least(mid, low, up)
             if int(n_mid.sum()) == surplus:
-                return base + n_mid
-        if int(n_mid.sum()) >= surplus:
-            lo, n_lo = mid, n_mid
+                return base + n_mid  # the gains >= mid are exactly the top S
+        if c_mid >= target:
+            lo, c_lo = mid, c_mid
             w_hi = w_hi * 0.5 if side == -1 else 1.0
             w_lo, side = 1.0, -1
         else:
-            hi, n_hi = mid, n_mid
+            hi, c_hi = mid, c_mid
             w_lo = w_lo * 0.5 if side == 1 else 1.0
             w_hi, side = 1.0, 1
 
-    # The loop may have counted one off per prompt; count the bracket ends exactly.
-    n_lo = gains.count_at_least(lo, low, up) if lo != lo_start else n_lo
-    n_hi = gains.count_at_least(hi, low, up) if hi != hi_start else n_hi
+    # The quick counts may be one off per prompt; count the bracket ends exactly.
+    n_lo = gains.count_at_least(lo, low, up) if lo != lo_start else np.full(m, width, dtype=np.int64)
+    n_hi = gains.count_at_least(hi, low, up) if hi != hi_start else np.zeros(m, dtype=np.int64)
     if int(n_lo.sum()) < surplus or int(n_hi.sum()) > surplus:  # rounding crossed the target
         lo, hi = lo_start, hi_start
         n_lo = np.full(m, width, dtype=np.int64)
