@@ -41,7 +41,7 @@ def instances(draw):
     return gains, total, low, up
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=2500, deadline=None)
 @given(instances())
 def test_heap_threshold_and_dp_reach_the_same_optimum(inst):
     gains, total, low, up = inst
