@@ -11,7 +11,7 @@ different datasets concatenate in one ``data.val_files`` list)::
 
 ``extra_info.index`` is the row's position among the rows kept, plus ``index_offset``: a stable
 integer (same source, same index), unique within the file. CoBA-RL keys its per-prompt tracker
-by it (spec §2), so training files used together need disjoint offsets.
+by it, so training files used together need disjoint offsets (``--index-offset``).
 
 Rows are never dropped silently. A row is rejected and counted by reason (in the report and
 ``manifest.json``) when it has the faults below; all but exact ``duplicate`` rows are also listed
@@ -33,7 +33,7 @@ import logging
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coba_verl.data.formats import gold_response, parse_answer, question_text, render_prompt
+from coba_verl.data.formats import AnswerKind, gold_response, parse_answer, question_text, render_prompt
 from coba_verl.data.reward import compute_score, score_value
 from coba_verl.data.sources import SourceSpec
 
@@ -205,7 +205,12 @@ def _has_column(columns: Iterable[str], name: str) -> bool:
     return name.split(".")[0] in set(columns)
 
 
-def _require_columns(spec: SourceSpec, columns: list[str], question_fields, answer_fields) -> None:
+def _require_columns(
+    spec: SourceSpec,
+    columns: list[str],
+    question_fields: tuple[str, ...],
+    answer_fields: tuple[tuple[str, AnswerKind], ...],
+) -> None:
     """Fail before any row is read when no candidate column exists at all (a schema mismatch)."""
     if not any(_has_column(columns, f) for f in question_fields):
         raise ValueError(
@@ -224,19 +229,20 @@ def _reject_reason(
 ) -> str | None:
     """Why a parsed row cannot be written (one of :data:`REJECT_REASONS`), or ``None`` to keep it.
 
-    ``seen`` maps each kept problem (whitespace-normalised) to its answer; a kept row is added.
+    ``seen`` maps each problem met so far (whitespace-normalised) to its first answer; with
+    ``spec.dedupe`` the row's problem is added, so later repeats count as duplicates.
     """
     if question is None:
         return "no_question"
     if answer is None:
         return "no_answer"
-    key = " ".join(question.split())
-    if spec.dedupe and key in seen:
-        return "duplicate" if seen[key] == answer else "duplicate_conflict"
+    if spec.dedupe:
+        key = " ".join(question.split())
+        if key in seen:
+            return "duplicate" if seen[key] == answer else "duplicate_conflict"
+        seen[key] = answer
     if score_value(compute_score(spec.data_source, gold_response(answer, spec.style), answer)) != 1.0:
         return "unscorable_answer"
-    if spec.dedupe:
-        seen[key] = answer
     return None
 
 
@@ -267,7 +273,9 @@ def build_rows(
     question_fields = (question_field,) if question_field else spec.question_fields
     if answer_field:
         kinds = dict(spec.answer_fields)
-        answer_fields: tuple[tuple[str, Any], ...] = ((answer_field, kinds.get(answer_field, "plain")),)
+        answer_fields: tuple[tuple[str, AnswerKind], ...] = (
+            (answer_field, kinds.get(answer_field, "plain")),
+        )
     else:
         answer_fields = spec.answer_fields
     if columns is not None:
@@ -326,7 +334,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic_write(path: Path, write) -> None:
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file in the same directory, then rename: no half-written output."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -379,12 +387,23 @@ def prepare_split(
     dataset, origin = load_split(spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config)
     if limit is not None:
         dataset = dataset.select(range(min(int(limit), len(dataset))))
+    fields = (
+        (question_field,) if question_field else spec.question_fields,
+        (answer_field,) if answer_field else tuple(f for f, _ in spec.answer_fields),
+        spec.context_fields,
+        spec.solution_fields,
+        spec.id_fields,
+    )
+    needed = {f.split(".")[0] for group in fields for f in group}
+    columns = list(dataset.column_names)
+    if set(columns) - needed:  # decode only what is read: DAPO-Math-17K has ~1.8M rows
+        dataset = dataset.select_columns([c for c in columns if c in needed])
     built = build_rows(
         spec,
         dataset,
         split=split,
         index_offset=index_offset,
-        columns=list(dataset.column_names),
+        columns=columns,
         question_field=question_field,
         answer_field=answer_field,
     )

@@ -210,7 +210,7 @@ SOURCES: dict[str, SourceSpec] = {
     )
 }
 
-# The paper's evaluation sets [spec §8]: the five it averages, plus Minerva (authors' release).
+# The paper's evaluation sets: the five it averages, plus Minerva (in the authors' launch script).
 PAPER_EVAL: tuple[str, ...] = ("aime2024", "aime2025", "amc23", "math500_dapo", "olympiadbench")
 GROUPS: dict[str, tuple[str, ...]] = {
     "dapo_eval": (*PAPER_EVAL, "minerva"),

@@ -46,24 +46,23 @@ class Level:
         return f"{self.a_digits}{self.op}{self.b_digits}"
 
 
-# The mixture. Weights are chosen so that, after the default warm start, roughly a third of the
-# training prompts is solved (almost) always, a third (almost) never, and a third sits between.
+# The mixture. Single-digit sums and products (100 problems each) are memorised by the warm
+# start: the "too easy" mass. Two-digit sums, differences and products by one digit sit in
+# between; products of two- and three-digit numbers are out of reach: the "too hard" mass.
 LEVELS: tuple[Level, ...] = (
+    Level("+", 1, 1, 1.0),
+    Level("*", 1, 1, 1.0),
     Level("+", 2, 1, 1.0),
-    Level("+", 2, 2, 1.0),
     Level("-", 2, 1, 1.0),
-    Level("+", 3, 2, 1.0),
+    Level("+", 2, 2, 1.0),
     Level("-", 2, 2, 1.0),
-    Level("*", 1, 1, 0.5),
-    Level("+", 3, 3, 1.0),
     Level("*", 2, 1, 1.0),
+    Level("+", 3, 3, 1.0),
     Level("-", 3, 3, 1.0),
     Level("*", 2, 2, 1.0),
     Level("*", 3, 2, 1.0),
 )
 
-import os
-REVERSE = os.environ.get("REV")=="1"
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
 
 
@@ -105,7 +104,7 @@ def sample_problems(
         c = _OPS[lv.op](a, b)
         for r, x, y, z in zip(rows.tolist(), a.tolist(), b.tolist(), c.tolist(), strict=True):
             prompts[r] = f"{x}{lv.op}{y}="
-            answers[r] = str(z)[::-1] if REVERSE else str(z)
+            answers[r] = str(z)
     return prompts, answers, lv_idx.astype(np.int64)
 
 

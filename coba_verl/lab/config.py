@@ -1,0 +1,159 @@
+"""`LabConfig`: every knob of the CPU lab with its one default, validated before any work starts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from coba_verl.core.config import STRATEGIES, CobaConfig
+
+__all__ = ["LabConfig", "RunSpec", "parse_run_label"]
+
+_LABEL = re.compile(r"^(?P<strategy>[a-z_]+)(?:@(?P<scale>[0-9]*\.?[0-9]+))?$")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: a strategy at a budget scale (``coba@0.5`` = half the rollouts per step)."""
+
+    strategy: str
+    budget_scale: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return self.strategy if self.budget_scale == 1.0 else f"{self.strategy}@{self.budget_scale:g}"
+
+
+def parse_run_label(label: str) -> RunSpec:
+    """``"coba"`` -> RunSpec("coba", 1.0); ``"coba@0.5"`` -> RunSpec("coba", 0.5).
+
+    Raises:
+        ValueError: naming the label when the strategy is unknown or the scale is not in (0, 1].
+    """
+    m = _LABEL.match(label.strip())
+    if m is None or m["strategy"] not in STRATEGIES:
+        raise ValueError(
+            f"strategy {label!r} is unknown; use one of {', '.join(STRATEGIES)}, optionally with a budget "
+            "scale such as 'coba@0.5'."
+        )
+    scale = float(m["scale"]) if m["scale"] else 1.0
+    if not 0.0 < scale <= 1.0:
+        raise ValueError(f"budget scale in {label!r} must lie in (0, 1], e.g. 'coba@0.5'.")
+    return RunSpec(m["strategy"], scale)
+
+
+@dataclass
+class LabConfig:
+    """Configuration of a lab invocation (defaults finish in about 5 minutes on 2 CPU cores).
+
+    Args:
+        runs: Strategy labels to train, each from the same warm start and prompt order
+            (``strategy`` or ``strategy@scale``; scale multiplies the rollouts per step).
+        seeds: One warm start, data split and prompt order per seed; every run uses each seed.
+        n_train: Training prompts (stable ids 0..n_train-1, the allocator's keys).
+        n_eval: Held-out evaluation prompts (disjoint from the training prompts).
+        steps: GRPO steps per run.
+        prompts_per_step: M, prompts drawn per step (epoch-wise shuffled, same order for every run).
+        rollouts_per_prompt: n; the step's budget is total = M * n * scale rollouts (spec §1).
+        eval_every: Evaluate on the held-out set every this many steps (and at the first and last).
+        eval_samples: Samples per held-out prompt at temperature 1 (accuracy = avg@k, as the paper).
+        lr: AdamW learning rate of the GRPO updates (constant, as veRL's actor default).
+        weight_decay: AdamW weight decay (veRL's actor default 0.01).
+        mini_batch_size: Rollouts per optimiser step; 0 = one step on all rollouts of the step.
+        clip_ratio_low: PPO clip epsilon below 1 (paper 0.2).
+        clip_ratio_high: PPO clip epsilon above 1 (paper 0.28, "clip-higher").
+        grad_clip: Gradient-norm clip (veRL's actor default 1.0).
+        warm_steps: Supervised warm-start steps (see `coba_verl.lab.warmstart`).
+        warm_batch_size: Problems per warm-start step.
+        warm_lr: Peak warm-start learning rate (linear decay to 10 %).
+        hidden_size: Width of the Qwen2 model.
+        num_layers: Decoder layers.
+        intermediate_size: SwiGLU width.
+        coba: Allocator knobs (`CobaConfig` fields except ``strategy``, which each run sets).
+        threads: torch intra-op threads (1 is fastest and steadiest for this model size on a
+            shared machine; 0 = torch's default).
+        snapshot_steps: How many steps to record (p_hat, B) pairs at, for the budget plot.
+    """
+
+    runs: list[str] = field(default_factory=lambda: ["uniform", "knapsack", "coba"])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    n_train: int = 2048
+    n_eval: int = 512
+    steps: int = 120
+    prompts_per_step: int = 32
+    rollouts_per_prompt: int = 8
+    eval_every: int = 20
+    eval_samples: int = 4
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    mini_batch_size: int = 0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    grad_clip: float = 1.0
+    warm_steps: int = 1200
+    warm_batch_size: int = 64
+    warm_lr: float = 3e-3
+    hidden_size: int = 64
+    num_layers: int = 2
+    intermediate_size: int = 256
+    coba: dict[str, Any] = field(default_factory=dict)
+    threads: int = 1
+    snapshot_steps: int = 4
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("runs is empty; name at least one strategy, e.g. runs=['uniform', 'coba'].")
+        specs = [parse_run_label(r) for r in self.runs]
+        labels = [s.label for s in specs]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"runs={self.runs} repeats a strategy; list each once.")
+        self.runs = labels
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds={self.seeds} must be a non-empty list of distinct integers.")
+        positive = (
+            "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
+            "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size", "snapshot_steps",
+        )  # fmt: skip
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
+        for name in ("warm_steps", "mini_batch_size", "threads"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
+        if self.prompts_per_step > self.n_train:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; lower it or grow the set."
+            )
+        if self.hidden_size % 4:
+            raise ValueError(f"hidden_size={self.hidden_size} must be a multiple of 4 (4 attention heads).")
+        for name in ("lr", "warm_lr", "grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be positive.")
+        if "strategy" in self.coba:
+            raise ValueError("coba.strategy is set per run; list strategies in runs instead.")
+        cfg = self.coba_config("uniform")  # validates the knobs
+        for spec in specs:
+            total = self.budget(spec)
+            low, up = cfg.min_rollouts * self.prompts_per_step, cfg.max_rollouts * self.prompts_per_step
+            if not low <= total <= up:
+                raise ValueError(
+                    f"run {spec.label!r} has total={total} rollouts per step, infeasible for "
+                    f"M={self.prompts_per_step} prompts with min_rollouts={cfg.min_rollouts}, "
+                    f"max_rollouts={cfg.max_rollouts}: need {low} <= total <= {up}."
+                )
+
+    @property
+    def run_specs(self) -> list[RunSpec]:
+        return [parse_run_label(r) for r in self.runs]
+
+    def budget(self, spec: RunSpec) -> int:
+        """Rollouts per step of a run: round(M * n * scale)."""
+        return int(round(self.prompts_per_step * self.rollouts_per_prompt * spec.budget_scale))
+
+    def coba_config(self, strategy: str) -> CobaConfig:
+        """The allocator config of one run: ``coba`` overrides plus its strategy."""
+        return CobaConfig.from_mapping({**self.coba, "strategy": strategy})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,340 @@
+"""The lab's training loop: warm start once per seed, then GRPO runs that differ only in allocation.
+
+Per GRPO step of a run (spec §7, as the veRL trainer does it)::
+
+    ids     = order[step]                          # (M,) stable prompt ids, same for every run
+    res     = allocator.allocate(ids, total)       # (M,) budgets B_i, sum == total
+    rows    = repeat(arange(M), B)                 # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
+    y       = sample(model, prompts[ids[rows]])    # (R,) completions at temperature 1, KV cache
+    scores  = verify(y)                            # (R,) in {0, 1}
+    allocator.observe(ids[rows], scores); allocator.end_step()
+    grpo_update(advantages grouped by rows)        # veRL's estimator and clipped loss
+
+Every run of a seed starts from the same warm-start weights, sees the same prompts in the same
+order and is evaluated with the same random numbers, so differences between runs come from the
+allocation (and the sampling noise it induces), not from the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from tokenizers import Tokenizer
+from transformers import Qwen2ForCausalLM
+
+from coba_verl.core import BudgetAllocator
+from coba_verl.lab.config import LabConfig, RunSpec
+from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
+from coba_verl.lab.model import ModelSpec, build_model, sample
+from coba_verl.lab.task import LEVELS, Split, make_splits, score_batch
+from coba_verl.lab.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
+from coba_verl.lab.warmstart import warm_start
+
+__all__ = ["SeedContext", "EvalResult", "prepare_seed", "evaluate", "train_run", "StepSink"]
+
+logger = logging.getLogger(__name__)
+
+StepSink = Callable[[dict[str, Any]], None]
+"""Receives one metrics row per step (and the step-0 evaluation row)."""
+
+
+@dataclass
+class EvalResult:
+    """Held-out accuracy avg@k at temperature 1, overall and per level."""
+
+    acc: float
+    per_level: dict[str, float]
+    pass_rates: np.ndarray  # (n_eval,) float64, successes / k per prompt
+
+
+@dataclass
+class SeedContext:
+    """Everything a seed's runs share: data, tokenizer, warm-start weights, prompt order."""
+
+    seed: int
+    tok: Tokenizer
+    train: Split
+    eval: Split
+    train_ids: torch.Tensor  # (N_train, P) left-padded "<bos>prompt"
+    train_mask: torch.Tensor
+    eval_ids: torch.Tensor  # (N_eval, P)
+    eval_mask: torch.Tensor
+    max_new_tokens: int
+    order: np.ndarray  # (steps, M) int64 prompt ids of each step
+    warm_state: dict[str, torch.Tensor]
+    warm_seconds: float
+    warm_cached: bool
+    eval0: EvalResult | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _model_spec(cfg: LabConfig) -> ModelSpec:
+    return ModelSpec(
+        hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, intermediate_size=cfg.intermediate_size
+    )
+
+
+def new_model(cfg: LabConfig, tok: Tokenizer, seed: int) -> Qwen2ForCausalLM:
+    """The lab's tiny Qwen2, randomly initialised from ``seed``."""
+    return build_model(
+        _model_spec(cfg),
+        tok.get_vocab_size(),
+        pad_id=tok.token_to_id(PAD),
+        bos_id=tok.token_to_id(BOS),
+        eos_id=tok.token_to_id(EOS),
+        seed=seed,
+    )
+
+
+def prompt_order(n_train: int, m: int, steps: int, seed: int) -> np.ndarray:
+    """(steps, M) prompt ids: epochs of a seeded shuffle of 0..n_train-1, M at a time.
+
+    A batch never straddles two epochs' duplicates: the last partial batch of an epoch is
+    completed from the next epoch's permutation, as a drop-last-free sampler would.
+    """
+    rng = np.random.default_rng([seed, 0x0D7])
+    need = steps * m
+    chunks: list[np.ndarray] = []
+    while sum(c.size for c in chunks) < need:
+        chunks.append(rng.permutation(n_train).astype(np.int64))
+    return np.concatenate(chunks)[:need].reshape(steps, m)
+
+
+def _cache_key(cfg: LabConfig, seed: int) -> str:
+    blob = json.dumps(
+        {
+            "v": 1,
+            "seed": seed,
+            "levels": [lv.__dict__ for lv in LEVELS],
+            "n": [cfg.n_train, cfg.n_eval],
+            "model": _model_spec(cfg).__dict__,
+            "warm": [cfg.warm_steps, cfg.warm_batch_size, cfg.warm_lr],
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedContext:
+    """Generate the splits, build the tokenizer and the warm-started model (cached by config hash)."""
+    tok = build_tokenizer()
+    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval)
+    tr_ids, tr_mask = encode_prompts(tok, train.prompts)
+    ev_ids, ev_mask = encode_prompts(tok, held_out.prompts)
+    longest = max(len(a) for a in train.answers + held_out.answers)
+    cache = cache_dir / f"warm-{_cache_key(cfg, seed)}.pt" if cache_dir is not None else None
+    start = time.perf_counter()
+    if cache is not None and cache.exists():
+        state = torch.load(cache, map_location="cpu", weights_only=True)
+        cached = True
+        logger.info("seed %d: warm start loaded from %s", seed, cache)
+    else:
+        model = new_model(cfg, tok, seed)
+        exclude = frozenset(train.prompts) | frozenset(held_out.prompts)
+        logger.info("seed %d: supervised warm start, %d steps of %d problems", seed, cfg.warm_steps, cfg.warm_batch_size)
+        warm_start(
+            model, tok, steps=cfg.warm_steps, batch_size=cfg.warm_batch_size, lr=cfg.warm_lr, seed=seed, exclude=exclude
+        )
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        cached = False
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            torch.save(state, tmp)
+            tmp.replace(cache)
+    return SeedContext(
+        seed=seed,
+        tok=tok,
+        train=train,
+        eval=held_out,
+        train_ids=tr_ids,
+        train_mask=tr_mask,
+        eval_ids=ev_ids,
+        eval_mask=ev_mask,
+        max_new_tokens=longest + 1,
+        order=prompt_order(cfg.n_train, cfg.prompts_per_step, cfg.steps, seed),
+        warm_state=state,
+        warm_seconds=time.perf_counter() - start,
+        warm_cached=cached,
+    )
+
+
+def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop leading columns that are padding in every row."""
+    first = int(torch.nonzero(mask.sum(0))[0, 0])
+    return ids[:, first:], mask[:, first:]
+
+
+def _generate(
+    model: Qwen2ForCausalLM, ctx: SeedContext, ids: torch.Tensor, mask: torch.Tensor, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ids, mask = _trim(ids, mask)
+    resp, rmask = sample(
+        model,
+        ids,
+        mask,
+        max_new_tokens=ctx.max_new_tokens,
+        eos_id=ctx.tok.token_to_id(EOS),
+        pad_id=ctx.tok.token_to_id(PAD),
+        generator=gen,
+        temperature=1.0,
+    )
+    return ids, mask, resp, rmask
+
+
+def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
+    """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
+    gen = torch.Generator().manual_seed(1_000_003 * (ctx.seed + 1))
+    n = len(ctx.eval)
+    rows = np.tile(np.arange(n), k)  # (n*k,) [0..n-1, 0..n-1, ...]
+    succ = np.zeros(n, dtype=np.float64)
+    for start in range(0, rows.size, chunk):
+        r = rows[start : start + chunk]
+        _, _, resp, rmask = _generate(model, ctx, ctx.eval_ids[r], ctx.eval_mask[r], gen)
+        scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.eval.answers[i] for i in r])
+        np.add.at(succ, r, scores)
+    rates = succ / k
+    per_level = {
+        lv.name: float(rates[ctx.eval.levels == i].mean()) for i, lv in enumerate(LEVELS) if np.any(ctx.eval.levels == i)
+    }
+    return EvalResult(acc=float(rates.mean()), per_level=per_level, pass_rates=rates)
+
+
+def eval_steps(cfg: LabConfig) -> set[int]:
+    """Steps (1-based, after the update) at which the held-out set is evaluated; always the last."""
+    return {s for s in range(1, cfg.steps + 1) if s % cfg.eval_every == 0} | {cfg.steps}
+
+
+def snapshot_steps(cfg: LabConfig) -> set[int]:
+    """Steps (1-based) whose allocations are kept for the budget-vs-pass-rate plot: evenly spaced
+    from the first step of the second epoch (when pass rates exist) to the last."""
+    first = min(cfg.steps, math.ceil(cfg.n_train / cfg.prompts_per_step) + 1)
+    return {int(round(x)) for x in np.linspace(first, cfg.steps, cfg.snapshot_steps)}
+
+
+def _nan_if_none(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def train_run(
+    cfg: LabConfig,
+    ctx: SeedContext,
+    spec: RunSpec,
+    sink: StepSink,
+    *,
+    snapshot: Callable[[dict[str, Any]], None] | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train one run from the seed's warm start; every step's metrics go to ``sink``.
+
+    Returns the last row. ``snapshot`` receives {run, seed, step, pass_rates, budgets} at
+    `snapshot_steps`; ``on_step`` is called after each step (progress display).
+    """
+    torch.manual_seed(ctx.seed)
+    model = new_model(cfg, ctx.tok, ctx.seed)
+    model.load_state_dict(ctx.warm_state)
+    model.eval()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    allocator = BudgetAllocator(cfg.coba_config(spec.strategy), num_prompts=len(ctx.train))
+    total = cfg.budget(spec)
+    actor = make_actor_config(
+        rollout_n=cfg.rollouts_per_prompt,
+        mini_batch_size=cfg.mini_batch_size or total,
+        clip_ratio_low=cfg.clip_ratio_low,
+        clip_ratio_high=cfg.clip_ratio_high,
+    )
+    gen = torch.Generator().manual_seed(7919 * (ctx.seed + 1))
+    m = cfg.prompts_per_step
+    steps_per_epoch = math.ceil(cfg.n_train / m)
+    evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
+    base = {"run": spec.label, "strategy": spec.strategy, "budget_scale": spec.budget_scale, "seed": ctx.seed}
+    rollouts = 0
+    row: dict[str, Any] = {}
+    for step in range(1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        ids = ctx.order[step - 1]  # (M,)
+        alpha, beta = allocator.tracker.shape(reverse=spec.strategy == "reverse")
+        res = allocator.allocate(ids, total)
+        t_alloc = time.perf_counter() - t0
+        budgets = res.budgets  # (M,) int64, sum == total
+        rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
+        rollout_ids = ids[rows]  # (R,)
+        p_ids, p_mask, resp, rmask = _generate(model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen)
+        texts = decode_responses(ctx.tok, resp, rmask)
+        scores = score_batch(texts, [ctx.train.answers[i] for i in rollout_ids])  # (R,)
+        t_gen = time.perf_counter() - t0 - t_alloc
+        t1 = time.perf_counter()
+        allocator.observe(rollout_ids, scores)
+        step_stats = allocator.end_step()
+        t_plugin = t_alloc + time.perf_counter() - t1
+        zero, groups = zero_gradient_groups(scores, rows)
+        in_zero = np.zeros(m, dtype=bool)
+        per_prompt = np.bincount(rows, weights=scores, minlength=m) / budgets
+        in_zero[(per_prompt == 0) | (per_prompt == 1)] = True
+        t2 = time.perf_counter()
+        upd = grpo_update(
+            model,
+            optimizer,
+            RolloutBatch(p_ids, p_mask, resp, rmask, scores, rows),
+            actor,
+            grad_clip=cfg.grad_clip,
+        )
+        t_update = time.perf_counter() - t2
+        rollouts += int(budgets.sum())
+        row = {
+            **base,
+            "step": step,
+            "epoch": (step - 1) // steps_per_epoch + 1,
+            "rollouts": rollouts,
+            "total_budget": total,
+            "train_acc": float(scores.mean()),
+            "batch_pass_rate": float(per_prompt.mean()),
+            "zero_grad_share": zero / groups,
+            "zero_grad_rollout_share": float(budgets[in_zero].sum() / budgets.sum()),
+            "alpha": alpha,
+            "beta": beta,
+            "alloc_strategy": res.strategy,
+            "tau": _nan_if_none(res.tau),
+            "budget_min": int(budgets.min()),
+            "budget_max": int(budgets.max()),
+            "budget_std": float(budgets.std()),
+            "unseen_prompts": int(np.isnan(res.pass_rates).sum()),
+            "f_bar": float(step_stats.get("coba/F_bar", float("nan"))),
+            "pg_loss": upd.get("actor/pg_loss", float("nan")),
+            "pg_clipfrac": upd.get("actor/pg_clipfrac", float("nan")),
+            "ppo_kl": upd.get("actor/ppo_kl", float("nan")),
+            "grad_norm": upd.get("actor/grad_norm", float("nan")),
+            "response_len": float(rmask.sum(-1).float().mean()),
+            "gen_s": t_gen,
+            "update_s": t_update,
+            "plugin_s": t_plugin,
+            "step_s": time.perf_counter() - t0,
+            "eval_acc": float("nan"),
+        }
+        if snapshot is not None and step in snaps:
+            snapshot(
+                {**base, "step": step, "pass_rates": res.pass_rates.tolist(), "budgets": budgets.tolist()}
+            )
+        if step in evals:
+            ev = evaluate(model, ctx, cfg.eval_samples)
+            row["eval_acc"] = ev.acc
+            row.update({f"eval_acc/{k}": v for k, v in ev.per_level.items()})
+        sink(row)
+        if on_step is not None:
+            on_step(row)
+    return row

@@ -1,0 +1,92 @@
+"""``python -m coba_verl.main``: veRL's ``python -m verl.trainer.main_ppo`` with the CoBA-RL trainer.
+
+The config is veRL's ``ppo_trainer`` plus the ``coba`` group (``coba_verl/config/coba_trainer.yaml``),
+so every veRL override works unchanged and every `CobaConfig` field is one more override::
+
+    python -m coba_verl.main data.train_files=... actor_rollout_ref.model.path=... \\
+        actor_rollout_ref.rollout.n=16 coba.strategy=coba coba.kappa=11
+
+The run goes through veRL's own ``run_ppo`` and ``TaskRunnerV1``; the only differences from
+``main_ppo`` are the refusals of `check_config` (before Ray starts) and
+``trainer.v1.trainer_mode=coba_sync``, which makes ``TaskRunnerV1`` build `CobaTrainer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from importlib.metadata import entry_points
+
+import hydra
+from omegaconf import DictConfig, open_dict
+
+from coba_verl.core import CobaConfig
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
+
+logger = logging.getLogger(__name__)
+
+#: Name of our entry point in the ``verl.plugins`` group (see pyproject.toml).
+PLUGIN_NAME = "coba_verl"
+
+
+def check_plugin_loaded() -> None:
+    """Refuse to start when Ray actors would not register `CobaTrainer` on ``import verl``.
+
+    ``TaskRunnerV1`` looks the trainer up inside its own Ray process, where only the
+    ``verl.plugins`` entry point (installed with the package) can register it.
+    """
+    installed = any(ep.name == PLUGIN_NAME for ep in entry_points(group="verl.plugins"))
+    if not installed:
+        raise RuntimeError(
+            "the verl.plugins entry point 'coba_verl' is not installed, so veRL's TaskRunner could not find "
+            "the CoBA-RL trainer. Install the package (pip install coba-verl, or pip install -e . in a "
+            "checkout) in the environment Ray workers use."
+        )
+    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
+    allowed = {name.strip() for name in policy.split(",")}
+    if policy == "none" or (policy != "auto" and PLUGIN_NAME not in allowed):
+        raise RuntimeError(
+            f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' plugin that "
+            f"registers the CoBA-RL trainer. Unset it, or add {PLUGIN_NAME} to its list."
+        )
+
+
+def prepare_config(config: DictConfig) -> CobaConfig:
+    """Everything ``main`` does before Ray: refusals, veRL's validate_config, trainer selection.
+
+    Returns the `CobaConfig`; ``config.trainer.v1.trainer_mode`` is set to ``coba_sync``.
+    """
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    coba_config = check_config(config)
+    validate_config(
+        config=config,
+        use_reference_policy=need_reference_policy(config),
+        use_critic=need_critic(config),
+    )
+    with open_dict(config):
+        config.trainer.v1.trainer_mode = COBA_TRAINER_MODE
+    return coba_config
+
+
+def run(config: DictConfig) -> None:
+    """Check, then hand over to veRL's ``run_ppo`` with its own ``TaskRunnerV1``."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(config)
+    coba_config = prepare_config(config)
+    check_plugin_loaded()
+    logger.info("CoBA-RL: %s", coba_config)
+    run_ppo(config, task_runner_class=TaskRunnerV1)
+
+
+@hydra.main(config_path="config", config_name="coba_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point: ``python -m coba_verl.main [overrides...]`` (also ``coba-verl train``)."""
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

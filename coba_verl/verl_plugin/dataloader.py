@@ -1,0 +1,103 @@
+"""`CobaDataLoader`: veRL's training dataloader, carrying the allocator through ``data.pt``.
+
+veRL saves ``train_dataloader.state_dict()`` as ``global_step_<t>/data.pt`` and restores it with
+``load_state_dict`` on resume. `CobaDataLoader` is that same `StatefulDataLoader`, built with the
+very sampler veRL made (``create_rl_sampler``: a seeded torchdata ``RandomSampler``, or a
+``SequentialSampler``), so batches come in exactly veRL's order, and it adds one entry to the
+state: the `BudgetAllocator`'s tracker. Kill-and-resume therefore restores the data position and
+the pass-rate history together, and reproduces the allocations of an uninterrupted run.
+
+Why the loader and not the sampler carries the tracker: with ``data.dataloader_num_workers > 0``
+torchdata snapshots the sampler's state when it prefetches indices, several batches ahead of
+training; a tracker stored there would be saved as it was steps earlier. The loader's own
+``state_dict`` is called when veRL writes the checkpoint, after the step's tracker update.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.verl_plugin.prompt_ids import PromptIdMap
+
+logger = logging.getLogger(__name__)
+
+#: Key of the CoBA-RL entry in the dataloader state dict (and hence in veRL's data.pt).
+STATE_KEY = "coba_allocator"
+
+# Constructor arguments of a StatefulDataLoader that `CobaDataLoader.wrap` carries over unchanged.
+_LOADER_ARGS = (
+    "batch_size",
+    "sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+    "snapshot_every_n_steps",
+)
+
+
+class CobaDataLoader(StatefulDataLoader):
+    """A `StatefulDataLoader` that owns the `BudgetAllocator` and checkpoints it with the data position.
+
+    Args:
+        *args, **kwargs: as for `StatefulDataLoader`.
+        allocator: The run's allocator; its tracker state travels in :meth:`state_dict`.
+        prompt_ids: Map from ``extra_info.index`` to the allocator's prompt ids.
+    """
+
+    def __init__(self, *args: Any, allocator: BudgetAllocator, prompt_ids: PromptIdMap, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allocator = allocator
+        self.prompt_ids = prompt_ids
+
+    @classmethod
+    def wrap(cls, loader: StatefulDataLoader, config: CobaConfig) -> CobaDataLoader:
+        """Rebuild veRL's ``loader`` (not yet iterated) with the same sampler and settings, plus an allocator."""
+        prompt_ids = PromptIdMap.from_dataset(loader.dataset)
+        allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
+        kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+        logger.info(
+            "CoBA-RL dataloader: %d prompts, strategy=%s, B in [%d, %d]",
+            prompt_ids.num_prompts,
+            config.strategy,
+            config.min_rollouts,
+            config.max_rollouts,
+        )
+        return cls(loader.dataset, allocator=allocator, prompt_ids=prompt_ids, **kwargs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """veRL's dataloader state plus ``{STATE_KEY: {"allocator": ..., "prompt_ids": fingerprint}}``."""
+        state = super().state_dict()
+        state[STATE_KEY] = {"allocator": self.allocator.state_dict(), "prompt_ids": self.prompt_ids.fingerprint}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the allocator now and the data position lazily (as torchdata does).
+
+        A ``data.pt`` written by stock veRL (no CoBA-RL entry) restores the data position and
+        starts the tracker empty, with a warning.
+        """
+        state = dict(state_dict)
+        coba = state.pop(STATE_KEY, None)
+        if coba is None:
+            logger.warning("dataloader checkpoint has no %s entry: the CoBA-RL tracker starts empty", STATE_KEY)
+        else:
+            if coba["prompt_ids"] != self.prompt_ids.fingerprint:
+                raise ValueError(
+                    "the checkpoint's tracker was keyed by a different set of extra_info.index values than "
+                    "this run's training set; resume with the same data.train_files and filtering options."
+                )
+            self.allocator.load_state_dict(coba["allocator"])
+        super().load_state_dict(state)

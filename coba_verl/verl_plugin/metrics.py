@@ -1,0 +1,69 @@
+"""The ``coba/...`` metrics a training step logs through veRL's `Tracking`.
+
+Every value is a finite scalar, so that every Tracking backend (console, file, tensorboard,
+wandb, mlflow, ...) accepts it; the budget histogram is therefore logged as counts per bin.
+
+Per step (names after the ``coba/`` prefix):
+    budget_mean, budget_std, budget_min, budget_max   B_i over the step's prompts
+    budget_hist/<lo>-<hi>                             prompts with lo <= B_i <= hi (power-of-two bins)
+    at_min_rollouts, at_max_rollouts                  prompts at B_low / B_up
+    alpha, beta, tau                                  Beta shape and saturation temperature used
+    unseen_prompts                                    prompts without history (p_i = unseen_pass_rate)
+    expected_zero_var_share[_uniform]                 mean_i p_i^B_i + (1 - p_i)^B_i under these
+                                                      budgets / under rollout.n each (prompts with history)
+    alloc_time_s                                      wall time of the allocation
+    F_t, F_bar, F_tilde, alpha_next, beta_next        tracker after this step (spec §3)
+    all_pass_share, all_fail_share                    observed zero-variance groups of this step
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from coba_verl.core import Allocation
+
+PREFIX = "coba/"
+
+
+def histogram_edges(low: int, up: int) -> list[int]:
+    """Bin edges low, powers of two in (low, up], up + 1: (2, 128) -> [2, 4, 8, 16, 32, 64, 128, 129]."""
+    edges = [low]
+    power = 1
+    while power <= up:
+        if power > low:
+            edges.append(power)
+        power *= 2
+    edges.append(up + 1)
+    return edges
+
+
+def budget_histogram(budgets: np.ndarray, low: int, up: int) -> dict[str, float]:
+    """``coba/budget_hist/<lo>-<hi>``: number of prompts with lo <= B_i <= hi, bins from `histogram_edges`."""
+    edges = histogram_edges(low, up)
+    counts, _ = np.histogram(budgets, bins=edges)  # bins [e_k, e_{k+1}), the last one closed
+    return {f"{PREFIX}budget_hist/{lo}-{hi - 1}": float(c) for lo, hi, c in zip(edges[:-1], edges[1:], counts)}
+
+
+def merge_allocations(allocations: list[Allocation]) -> Allocation:
+    """One `Allocation` for a step that submitted several batches: budgets and p_hat concatenated,
+    times summed, the last batch's alpha / beta / tau."""
+    if len(allocations) == 1:
+        return allocations[0]
+    last = allocations[-1]
+    return dataclasses.replace(
+        last,
+        budgets=np.concatenate([a.budgets for a in allocations]),
+        pass_rates=np.concatenate([a.pass_rates for a in allocations]),
+        elapsed_s=sum(a.elapsed_s for a in allocations),
+    )
+
+
+def step_metrics(allocation: Allocation, tracker_metrics: dict[str, float]) -> dict[str, float]:
+    """All ``coba/`` scalars of a step; non-finite values (e.g. alpha under ``uniform``) are left out."""
+    out = dict(allocation.metrics)
+    out.update(budget_histogram(allocation.budgets, allocation.min_rollouts, allocation.max_rollouts))
+    out.update(tracker_metrics)
+    return {k: float(v) for k, v in out.items() if math.isfinite(float(v))}

@@ -1,0 +1,147 @@
+"""`CobaTrainer`: veRL 0.9's synchronous V1 trainer with CoBA-RL budgets per prompt.
+
+Four methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls
+the original, and ``fit()`` is veRL's own:
+
+``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
+                             (same sampler, plus the allocator in its checkpoint state).
+``_submit_batch_to_rollout`` B = allocate(ids, M * rollout.n) for the submitted batch, keyed by
+                             ``extra_info.index``; ``batch["__rollout_n__"] = B`` (int64 [M]),
+                             which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as n per prompt.
+``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid), then
+                             the finished trajectories' scores go to the tracker.
+``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
+                             for the next step) and the ``coba/`` metrics. ``fit()`` writes the
+                             checkpoint after ``step`` returns, so data.pt holds the updated tracker.
+
+One step, M = 3 prompts, rollout.n = 4::
+
+    batch index        [17, 3, 42]           (extra_info.index)
+    tracker ids        [ 2, 0,  3]
+    __rollout_n__      [ 2, 7,  3]           int64, sum 12 = M * n
+    trajectory keys    uid0_0_0 uid0_1_0 | uid1_0_0 ... uid1_6_0 | uid2_0_0 ... uid2_2_0
+    observe            ids [2, 2, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3], one score each
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from omegaconf import DictConfig, open_dict
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from coba_verl.core import Allocation, BudgetAllocator
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, check_total
+from coba_verl.verl_plugin.dataloader import CobaDataLoader
+from coba_verl.verl_plugin.metrics import merge_allocations, step_metrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    """What was allocated to one submitted prompt (keyed by its uid)."""
+
+    prompt_id: int
+    budget: int
+
+
+@register_trainer(COBA_TRAINER_MODE)
+class CobaTrainer(PPOTrainerSync):
+    """The synchronous V1 PPO/GRPO trainer of veRL with CoBA-RL rollout budgets.
+
+    Selected by ``trainer.v1.trainer_mode=coba_sync`` (``python -m coba_verl.main`` sets it).
+
+    Args:
+        config: veRL's composed config with an optional ``coba`` node (`CobaConfig` fields).
+
+    Raises:
+        ValueError: for the configurations `check_config` refuses, and from a step whose
+            allocation does not spend exactly M * rollout.n rollouts.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        self.coba_config = check_config(config)
+        # veRL's trainer base treats any mode but "sync" as asynchronous; the registered name has
+        # done its job (selecting this class) once we are constructed.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config)
+        self._submitted: dict[str, _Submitted] = {}  # uid -> allocation of the current step
+        self._allocations: list[Allocation] = []  # this step's allocations, one per submission
+
+    @property
+    def allocator(self) -> BudgetAllocator:
+        """The run's allocator; it lives in the training dataloader so that data.pt carries it."""
+        return self.train_dataloader.allocator
+
+    # ------------------------------------------------------------------ veRL extension points
+    def _init_dataloader(self) -> None:
+        super()._init_dataloader()
+        self.train_dataloader = CobaDataLoader.wrap(self.train_dataloader, self.coba_config)
+
+    def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
+        """Set ``__rollout_n__`` (int64 [M]) from the allocator, then submit as veRL does."""
+        ids = self.train_dataloader.prompt_ids.ids(list(batch["index"]))  # (M,) tracker ids
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        allocation = self.allocator.allocate(ids, len(batch) * rollout_n)
+        check_total(int(allocation.budgets.sum()), len(batch), rollout_n)
+        batch["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
+        for uid, prompt_id, budget in zip(list(batch["uid"]), ids, allocation.budgets, strict=True):
+            self._submitted[str(uid)] = _Submitted(int(prompt_id), int(budget))
+        self._allocations.append(allocation)
+        return super()._submit_batch_to_rollout(batch)
+
+    def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """veRL's advantage (GRPO groups by uid, any group size), then feed the tracker."""
+        batch = super()._compute_advantage(batch, metrics)
+        self._observe(batch)
+        return batch
+
+    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
+        batch = super().step(metrics, timing_raw)
+        tracker_metrics = self.allocator.end_step()
+        if self._allocations:
+            metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
+        self._allocations.clear()
+        self._submitted.clear()
+        return batch
+
+    # ------------------------------------------------------------------ helpers
+    def _observe(self, batch: KVBatchMeta) -> None:
+        """Record one score per finished session: the sum of rm_scores of its final output.
+
+        Keys are ``{uid}_{session}_{output}``; multi-output agent loops score the final output
+        (as veRL's multi-trajectory GRPO does). Padding rows added by veRL's batch balancing are
+        skipped.
+        """
+        final: dict[str, tuple[int, str]] = {}  # "{uid}_{session}" -> (output index, key)
+        for key, tag in zip(batch.keys, batch.tags, strict=True):
+            if tag.get("is_padding", False):
+                continue
+            uid, session, output = key.rsplit("_", 2)
+            session_key = f"{uid}_{session}"
+            if session_key not in final or final[session_key][0] < int(output):
+                final[session_key] = (int(output), key)
+        keys = [key for _, key in final.values()]
+        uids = [key.rsplit("_", 2)[0] for key in keys]
+        unknown = sorted({uid for uid in uids if uid not in self._submitted})
+        if unknown:
+            logger.warning("ignoring %d trajectory groups not submitted this step: %s", len(unknown), unknown[:3])
+            keep = [i for i, uid in enumerate(uids) if uid in self._submitted]
+            keys, uids = [keys[i] for i in keep], [uids[i] for i in keep]
+        if not keys:
+            return
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
+        scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
+        ids = np.asarray([self._submitted[uid].prompt_id for uid in uids], dtype=np.int64)  # (R,)
+        self.allocator.observe(ids, scores)

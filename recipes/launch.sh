@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# The launcher every recipes/<task>/run.sh sources. The caller sets RECIPE_DIR, SETTING,
+# TRAIN_FILES and VAL_FILES, then calls `launch "$@"`. Everything else comes from the
+# environment, so CoBA-RL and a baseline differ by one variable (STRATEGY) and nothing else:
+#
+#   STRATEGY         coba | coba_release | knapsack | uniform (GRPO) | static | reverse   [coba]
+#   ROLLOUT          vllm | sglang                                                         [vllm]
+#   MODEL_PATH       model folder or hub id                            [the setting's hub id]
+#   NNODES           nodes of the Ray cluster                             [the setting's, 1]
+#   N_GPUS_PER_NODE  GPUs per node                                                [setting's]
+#   LOGGER           trainer.logger, e.g. '["console","wandb"]'                  [["console"]]
+#   PROJECT          trainer.project_name                                         [coba-verl]
+#   EXPERIMENT       trainer.experiment_name              [<task>-<setting>-<strategy>-<rollout>]
+#   PYTHON           the interpreter                                                [python3]
+#   DRY_RUN=1        print the command, one argument per line, instead of running it
+#
+# Arguments after the script name are appended as Hydra overrides (they win).
+
+STRATEGY=${STRATEGY:-coba}
+ROLLOUT=${ROLLOUT:-vllm}
+MODEL_PATH=${MODEL_PATH:-}
+NNODES=${NNODES:-}
+N_GPUS_PER_NODE=${N_GPUS_PER_NODE:-}
+LOGGER=${LOGGER:-'["console"]'}
+PROJECT=${PROJECT:-coba-verl}
+PYTHON=${PYTHON:-python3}
+DRY_RUN=${DRY_RUN:-0}
+
+launch() {
+  local task experiment
+  task=$(basename "$RECIPE_DIR")
+  experiment=${EXPERIMENT:-$task-$SETTING-$STRATEGY-$ROLLOUT}
+  if [[ ! -f "$RECIPE_DIR/config/$SETTING.yaml" ]]; then
+    echo "SETTING=$SETTING: no $RECIPE_DIR/config/$SETTING.yaml; choose one of:" >&2
+    find "$RECIPE_DIR/config" -name '[!_]*.yaml' -exec basename {} .yaml \; | sort >&2
+    return 2
+  fi
+  local -a cmd=(
+    "$PYTHON" -m coba_verl.main
+    --config-path "$RECIPE_DIR/config"
+    --config-name "$SETTING"
+    "coba.strategy=$STRATEGY"
+    "actor_rollout_ref.rollout.name=$ROLLOUT"
+    "data.train_files=$TRAIN_FILES"
+    "data.val_files=$VAL_FILES"
+    "trainer.project_name=$PROJECT"
+    "trainer.experiment_name=$experiment"
+    "trainer.logger=$LOGGER"
+  )
+  if [[ -n "$MODEL_PATH" ]]; then
+    cmd+=("actor_rollout_ref.model.path=$MODEL_PATH")
+  fi
+  if [[ -n "$NNODES" ]]; then
+    cmd+=("trainer.nnodes=$NNODES")
+  fi
+  if [[ -n "$N_GPUS_PER_NODE" ]]; then
+    cmd+=("trainer.n_gpus_per_node=$N_GPUS_PER_NODE")
+  fi
+  cmd+=("$@")
+  if [[ "$DRY_RUN" == 1 ]]; then
+    printf '%s\n' "${cmd[@]}"
+    return 0
+  fi
+  export HYDRA_FULL_ERROR=1
+  exec "${cmd[@]}"
+}

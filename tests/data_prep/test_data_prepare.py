@@ -1,0 +1,222 @@
+"""Preparation from the shipped fixtures: schema, indices, rejections, hub path, veRL round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from omegaconf import OmegaConf
+from verl.utils.reward_score import default_compute_score
+
+from coba_verl.data import SCHEMA, SOURCES, check_files, prepare_split
+from coba_verl.data.formats import DAPO_PREFIX, gold_response
+from coba_verl.data.reward import DAPO_EVAL_SOURCES, compute_score, score_value
+
+
+def _rows(path: str | Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def test_every_split_is_written_with_verl_schema_and_dense_indices(prepared) -> None:
+    for (name, split), report in prepared.items():
+        table = pq.read_table(report.path)
+        assert table.schema.equals(SCHEMA), name
+        rows = table.to_pylist()
+        assert [r["extra_info"]["index"] for r in rows] == list(range(len(rows))), name
+        assert {r["data_source"] for r in rows} == {SOURCES[name].data_source}
+        assert all(r["extra_info"]["split"] == split for r in rows)
+        assert all(r["reward_model"]["style"] == "rule" and r["reward_model"]["ground_truth"] for r in rows)
+        assert all(len(r["prompt"]) == 1 and r["prompt"][0]["role"] == "user" for r in rows)
+        assert report.rows_written == len(rows) and report.rows_read == len(rows) + report.rows_rejected
+
+
+def test_preparing_twice_gives_identical_files(local_paths, tmp_path) -> None:
+    spec = SOURCES["gsm8k"]
+    first = prepare_split(spec, "train", tmp_path / "a", local_path=local_paths[("gsm8k", "train")])
+    second = prepare_split(spec, "train", tmp_path / "b", local_path=local_paths[("gsm8k", "train")])
+    assert first.sha256 == second.sha256 and _rows(first.path) == _rows(second.path)
+
+
+def test_index_offset_shifts_every_index(local_paths, tmp_path) -> None:
+    report = prepare_split(
+        SOURCES["math"], "train", tmp_path, local_path=local_paths[("math", "train")], index_offset=10_000
+    )
+    indices = [r["extra_info"]["index"] for r in _rows(report.path)]
+    assert indices == list(range(10_000, 10_000 + len(indices)))
+    assert (report.index_min, report.index_max) == (indices[0], indices[-1])
+
+
+def test_rows_without_answer_are_counted_listed_and_not_written(prepared) -> None:
+    report = prepared[("gsm8k", "train")]
+    assert report.rejected == {"no_answer": 1}
+    listed = [
+        json.loads(x) for x in Path(report.path).with_name("train.rejected.jsonl").read_text().splitlines()
+    ]
+    assert [(r["reason"], r["position"]) for r in listed] == [("no_answer", 4)]
+    written = [r["extra_info"]["question"] for r in _rows(report.path)]
+    assert not any("3 cows" in q for q in written)
+    manifest = json.loads(Path(report.path).with_name("manifest.json").read_text())
+    assert manifest["splits"]["train"]["rejected"] == {"no_answer": 1}
+    assert prepared[("math", "train")].rejected == {"no_answer": 1}  # the solution without \boxed
+    assert prepared[("amc23", "test")].rejected == {"no_answer": 1}  # answer null
+
+
+def test_dapo_release_is_deduplicated_with_conflicts_and_unscorable_answers_reported(prepared) -> None:
+    report = prepared[("dapo_math", "train")]
+    assert report.rejected == {
+        "duplicate": 10,
+        "duplicate_conflict": 1,
+        "no_answer": 1,
+        "unscorable_answer": 1,
+    }
+    rows = _rows(report.path)
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["2", "9", "7", "720", "15"]
+    # The release's uuid is kept for reference; the tracker key is the dense integer index.
+    assert rows[0]["extra_info"]["source_id"] == "00000000-0000-4000-8000-000000000000"
+    for row in rows:  # the template is stripped and rendered once, not nested
+        assert row["prompt"][0]["content"].count(DAPO_PREFIX) == 1
+    listed = Path(report.path).with_name("train.rejected.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["reason"] for x in listed) == [
+        "duplicate_conflict",
+        "no_answer",
+        "unscorable_answer",
+    ]
+
+
+def test_dapo_processed_copy_gives_the_same_prompts_as_the_release(prepared, fixtures_dir, tmp_path) -> None:
+    processed = prepare_split(
+        SOURCES["dapo_math"], "train", tmp_path, local_path=fixtures_dir / "dapo_math_processed.jsonl"
+    )
+    keep = ("data_source", "prompt", "reward_model")
+    release_rows = [{k: r[k] for k in keep} for r in _rows(prepared[("dapo_math", "train")].path)]
+    assert [{k: r[k] for k in keep} for r in _rows(processed.path)] == release_rows
+
+
+def test_eval_answers_are_normalised_and_olympiad_context_prepended(prepared) -> None:
+    truths = {
+        name: [r["reward_model"]["ground_truth"] for r in _rows(prepared[(name, "test")].path)]
+        for name in ("aime2024", "aime2025", "amc23", "olympiadbench", "math500_dapo")
+    }
+    assert truths["aime2024"] == ["10", "23"]  # "023" -> "23"
+    assert truths["aime2025"] == ["51", "16"]
+    assert truths["amc23"] == ["27", "2.5"]  # 27.0 -> "27"
+    assert truths["olympiadbench"] == ["23", "-2, 2", "5"]
+    assert truths["math500_dapo"][2] == "3"  # empty answer column: falls back to the solution's \boxed
+    olympiad = _rows(prepared[("olympiadbench", "test")].path)
+    assert olympiad[2]["extra_info"]["question"] == "Let $a=2$ and $b=3$.\nFind $a+b$."
+
+
+def test_gold_answers_score_one_through_verl(prepared) -> None:
+    for (name, _), report in prepared.items():
+        spec = SOURCES[name]
+        for row in _rows(report.path):
+            truth = row["reward_model"]["ground_truth"]
+            response = gold_response(truth, spec.style)
+            if row["data_source"] in DAPO_EVAL_SOURCES:
+                result = compute_score(row["data_source"], response, truth)
+            else:
+                result = default_compute_score(row["data_source"], response, truth)
+            assert score_value(result) == 1.0, (name, truth)
+
+
+def test_written_files_round_trip_through_verl_rlhf_dataset(prepared, tiny_tokenizer, tmp_path) -> None:
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": 4096,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "return_raw_chat": True,
+            "truncation": "error",
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+    train = prepared[("dapo_math", "train")].path
+    dataset = RLHFDataset(train, tiny_tokenizer, config)
+    rows = _rows(train)
+    assert len(dataset) == len(rows)
+    for i, row in enumerate(rows):
+        item = dataset[i]
+        assert item["index"] == row["extra_info"]["index"] and isinstance(item["index"], int)
+        assert list(item["raw_prompt"]) == row["prompt"]
+        assert item["data_source"] == "math_dapo"
+        assert item["reward_model"]["ground_truth"] == row["reward_model"]["ground_truth"]
+
+    # veRL concatenates data.val_files: files of different datasets must share one schema.
+    val_files = [r.path for (_, split), r in prepared.items() if split == "test"]
+    val = RLHFDataset(val_files, tiny_tokenizer, config)
+    assert len(val) == sum(r.rows_written for (_, split), r in prepared.items() if split == "test")
+    assert {val[i]["data_source"] for i in range(len(val))} >= set(DAPO_EVAL_SOURCES)
+
+
+def test_hub_path_is_datasets_load_dataset_with_the_spec_ids(monkeypatch, local_paths, tmp_path) -> None:
+    calls = []
+    fixture = datasets.load_dataset("json", data_files=str(local_paths[("gsm8k", "train")]), split="train")
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        return fixture
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    report = prepare_split(SOURCES["gsm8k"], "train", tmp_path)
+    assert calls == [("openai/gsm8k", "main", "train")]
+    assert report.origin == "hf://openai/gsm8k (main) split=train" and report.rows_written == 5
+    prepare_split(SOURCES["olympiadbench"], "test", tmp_path / "o", hub_id="someone/mirror", hub_config="x")
+    assert calls[-1] == ("someone/mirror", "x", "train")
+
+
+def test_hub_failure_tells_how_to_work_offline(monkeypatch, tmp_path) -> None:
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(RuntimeError, match="--local-path train=FILE"):
+        prepare_split(SOURCES["dapo_math"], "train", tmp_path)
+
+
+def test_source_without_expected_columns_fails_naming_them(tmp_path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "2+2?", "label": "4"}) + "\n")
+    with pytest.raises(ValueError, match=r"columns are \['label', 'text'\]; pass --question-field"):
+        prepare_split(SOURCES["minerva"], "test", tmp_path / "out", local_path=bad)
+    report = prepare_split(
+        SOURCES["minerva"],
+        "test",
+        tmp_path / "out",
+        local_path=bad,
+        question_field="text",
+        answer_field="label",
+    )
+    assert _rows(report.path)[0]["reward_model"]["ground_truth"] == "4"
+
+
+def test_save_to_disk_folder_is_read_by_split(tmp_path) -> None:
+    folder = tmp_path / "snapshot"
+    datasets.DatasetDict(
+        {"test": datasets.Dataset.from_list([{"question": "What is 6 times 7?", "answer": "42"}])}
+    ).save_to_disk(str(folder))
+    report = prepare_split(SOURCES["minerva"], "test", tmp_path / "out", local_path=folder)
+    assert report.rows_written == 1
+
+
+def test_check_flags_index_collisions_across_training_files_and_unroutable_sources(
+    prepared, tmp_path
+) -> None:
+    gsm8k, math = prepared[("gsm8k", "train")].path, prepared[("math", "train")].path
+    problems = check_files([gsm8k, math])
+    assert problems and all("repeats" in p for p in problems)
+    assert check_files([gsm8k]) == []
+
+    rows = _rows(gsm8k)
+    rows[0]["data_source"] = "my_dataset"
+    rows[1]["reward_model"]["ground_truth"] = ""
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pq.read_table(gsm8k).from_pylist(rows, schema=SCHEMA), bad)
+    problems = check_files([bad])
+    assert any("no scorer for data_source='my_dataset'" in p for p in problems)
+    assert any("row 1: reward_model.ground_truth is empty" in p for p in problems)

@@ -1,0 +1,136 @@
+"""The ``coba`` config group, its composition on top of veRL's ppo_trainer, and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+from omegaconf import OmegaConf
+
+from coba_verl.core.config import CobaConfig
+from coba_verl.main import check_plugin_loaded, prepare_config
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_total, coba_config_from
+
+# One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
+NON_DEFAULT_OVERRIDES = {
+    "strategy": ("knapsack", "knapsack"),
+    "min_rollouts": ("4", 4),
+    "max_rollouts": ("64", 64),
+    "kappa": ("7", 7.0),
+    "window": ("1", 1),
+    "tau": ("5.0", 5.0),
+    "solver": ("heap", "heap"),
+    "success_value": ("2.0", 2.0),
+    "unseen_pass_rate": ("0.4", 0.4),
+    "p_clip_low": ("0.05", 0.05),
+    "p_clip_high": ("0.95", 0.95),
+    "static_alpha": ("3.0", 3.0),
+    "static_beta": ("6.0", 6.0),
+}
+
+
+def test_coba_yaml_mirrors_cobaconfig_keys_and_defaults():
+    yaml_node = OmegaConf.load(resources.files("coba_verl") / "config" / "coba" / "default.yaml")
+    from_yaml = OmegaConf.to_container(yaml_node)
+    defaults = dataclasses.asdict(CobaConfig())
+    assert list(from_yaml) == list(defaults), "keys (and their order) must match CobaConfig's fields"
+    for key, default in defaults.items():
+        assert from_yaml[key] == default, f"coba.{key}: yaml has {from_yaml[key]!r}, CobaConfig has {default!r}"
+        assert type(from_yaml[key]) is type(default), f"coba.{key}: {type(from_yaml[key])} vs {type(default)}"
+
+
+def test_composed_config_passes_verl_validate_config_on_1x8_gpus(coba_compose, gpu_1x8):
+    config = coba_compose(gpu_1x8)
+    assert config.algorithm.adv_estimator == "grpo"
+    assert config.trainer.v1.trainer_mode == "sync"
+    coba = prepare_config(config)  # runs veRL's validate_config
+    assert coba == CobaConfig()
+    assert config.trainer.v1.trainer_mode == COBA_TRAINER_MODE
+
+
+def test_every_coba_field_is_overridable_from_the_command_line(coba_compose, gpu_1x8):
+    assert set(NON_DEFAULT_OVERRIDES) == {f.name for f in dataclasses.fields(CobaConfig)}
+    overrides = [f"coba.{key}={text}" for key, (text, _) in NON_DEFAULT_OVERRIDES.items()]
+    config = coba_compose(gpu_1x8 + overrides)
+    coba = prepare_config(config)
+    for key, (_, expected) in NON_DEFAULT_OVERRIDES.items():
+        assert getattr(coba, key) == expected, key
+
+
+def test_config_without_coba_node_uses_cobaconfig_defaults(coba_compose, gpu_1x8):
+    config = coba_compose(gpu_1x8)
+    OmegaConf.set_struct(config, False)
+    del config["coba"]
+    assert coba_config_from(config) == CobaConfig()
+
+
+@pytest.fixture(scope="module")
+def base_1x8(coba_compose, gpu_1x8):
+    return coba_compose(gpu_1x8)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("trainer.v1.trainer_mode", "colocate_async", "trainer.v1.trainer_mode=colocate_async is not supported"),
+        ("trainer.v1.trainer_mode", "separate_async", "Set trainer.v1.trainer_mode=sync"),
+        ("algorithm.filter_groups.enable", True, "Set algorithm.filter_groups.enable=false"),
+        ("trainer.v1.sampler.sync_refill_failed_groups", True, "sync_refill_failed_groups=false"),
+        ("coba.min_rollouts", 1, "coba.min_rollouts=1 is below 2"),
+        ("actor_rollout_ref.rollout.n", 256, "64 * 256 = 16384 is infeasible for M=64 prompts"),
+        ("coba.min_rollouts", 20, "need 1280 <= total <= 8192"),
+        ("coba.max_rollouts", 8, "Set actor_rollout_ref.rollout.n between 2 and 8"),
+        ("algorithm.adv_estimator", "gae", "algorithm.adv_estimator=gae is not supported"),
+        ("trainer.use_v1", False, "trainer.use_v1=false (the legacy RayPPOTrainer) is not supported"),
+        ("coba.strategy", "greedy", "coba.strategy='greedy' is unknown"),
+    ],
+)
+def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, message):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, key, value)
+    with pytest.raises(ValueError) as info:
+        prepare_config(config)
+    assert message in str(info.value)
+
+
+def test_allocation_not_spending_m_times_n_is_refused():
+    check_total(64, num_prompts=4, rollout_n=16)
+    with pytest.raises(ValueError, match=r"spends 63 rollouts .* M \* actor_rollout_ref.rollout.n = 4 \* 16 = 64"):
+        check_total(63, num_prompts=4, rollout_n=16)
+
+
+def test_launch_refused_when_veRL_would_skip_the_plugin(monkeypatch):
+    check_plugin_loaded()  # the package is installed with its verl.plugins entry point
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    with pytest.raises(RuntimeError, match="keeps veRL from loading the 'coba_verl' plugin"):
+        check_plugin_loaded()
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "some_other_plugin")
+    with pytest.raises(RuntimeError, match="add coba_verl to its list"):
+        check_plugin_loaded()
+
+
+def test_fresh_process_registers_the_trainer_on_import_verl_and_composes_the_cli_config():
+    """What TaskRunnerV1's Ray actor sees (veRL swallows plugin import errors, so read the registry),
+    and the Hydra entry point ``python -m coba_verl.main`` composing veRL's config with overrides."""
+    code = (
+        "import sys\n"
+        "import verl\n"
+        "from verl.trainer.ppo.v1.trainer_base import get_trainer_cls\n"
+        f"cls = get_trainer_cls('{COBA_TRAINER_MODE}')\n"
+        "print('TRAINER', cls.__module__ + '.' + cls.__name__)\n"
+        "sys.argv = ['coba_verl.main', '--cfg', 'job', 'coba.strategy=uniform', 'coba.kappa=7']\n"
+        "from coba_verl.main import main\n"
+        "main()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
+    lines = out.stdout.splitlines()
+    assert "TRAINER coba_verl.verl_plugin.trainer.CobaTrainer" in lines
+    composed = OmegaConf.create("\n".join(lines[lines.index("TRAINER coba_verl.verl_plugin.trainer.CobaTrainer") + 1 :]))
+    assert composed.coba.strategy == "uniform" and composed.coba.kappa == 7
+    assert composed.algorithm.adv_estimator == "grpo"
+    assert composed.trainer.v1.trainer_mode == "sync"  # set to coba_sync only after the checks
+    assert "actor_rollout_ref" in composed and "transfer_queue" in composed  # veRL's ppo_trainer
