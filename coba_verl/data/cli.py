@@ -30,6 +30,7 @@ DEFAULT_ROOT = Path("~/data/coba")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m coba_verl.data`` (its epilog lists datasets and groups)."""
     choices = [*SOURCES, *GROUPS, "check"]
     listing = "\n".join(f"  {s.name:<14} {s.description}" for s in SOURCES.values())
     groups = "\n".join(f"  {g:<14} {', '.join(m)}" for g, m in GROUPS.items())
@@ -115,6 +116,7 @@ def _local_paths(raw: list[str], specs: tuple[SourceSpec, ...], group: bool) -> 
 
 
 def _print_table(reports: list[SplitReport]) -> None:
+    """Print one line per written split to stdout: the CLI's user-facing summary."""
     header = ("dataset", "split", "read", "written", "rejected", "index", "data_source", "path")
     lines = [header]
     for r in reports:
@@ -137,6 +139,7 @@ def _print_table(reports: list[SplitReport]) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    """``check FILES...``: print the problems found (the first 50) and return the exit status."""
     if not args.files:
         print("check: give one or more parquet files", file=sys.stderr)
         return 2
@@ -171,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                 "--hub-id, --question-field and --answer-field apply to one dataset, not a group."
             )
         wanted = set(args.splits.split(",")) if args.splits else None
+        if args.index_offset < 0:
+            raise ValueError(f"--index-offset {args.index_offset}: give an integer >= 0.")
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit {args.limit}: give an integer >= 1, or omit it to read every row.")
     except ValueError as err:
         parser.error(str(err))
 

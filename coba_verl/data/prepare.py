@@ -41,7 +41,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coba_verl.data.formats import AnswerKind, gold_response, parse_answer, question_text, render_prompt
+from coba_verl.data.formats import (
+    DAPO_SUFFIX,
+    AnswerKind,
+    PromptStyle,
+    gold_response,
+    parse_answer,
+    question_text,
+    render_prompt,
+)
 from coba_verl.data.reward import compute_score, score_value
 from coba_verl.data.sources import SourceSpec
 
@@ -107,6 +115,7 @@ class SplitReport:
 
     @property
     def rows_rejected(self) -> int:
+        """Rows left out, all reasons together (``rows_read == rows_written + rows_rejected``)."""
         return sum(self.rejected.values())
 
 
@@ -202,6 +211,7 @@ def _get(row: Mapping[str, Any], name: str) -> Any:
 
 
 def _has_column(columns: Iterable[str], name: str) -> bool:
+    """Whether the top-level column of a possibly dotted field name is among ``columns``."""
     return name.split(".")[0] in set(columns)
 
 
@@ -243,6 +253,15 @@ def _reject_reason(
         seen[key] = answer
     if score_value(compute_score(spec.data_source, gold_response(answer, spec.style), answer)) != 1.0:
         return "unscorable_answer"
+    return None
+
+
+def _solution_text(value: Any) -> str | None:
+    """A reference solution as text: a string as is, a list of strings (OlympiadBench) joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "\n\n".join(value)
     return None
 
 
@@ -301,8 +320,8 @@ def build_rows(
         context = next((c.strip() for c in contexts if isinstance(c, str) and c.strip()), "")
         full_question = f"{context}\n{question}" if context else question
         source_id = next((v for v in (_get(record, f) for f in spec.id_fields) if v is not None), position)
-        solutions = (_get(record, f) for f in spec.solution_fields)
-        solution = next((s for s in solutions if isinstance(s, str)), "")
+        solutions = (_solution_text(_get(record, f)) for f in spec.solution_fields)
+        solution = next((s for s in solutions if s is not None), "")
         rows.append(
             {
                 "data_source": spec.data_source,
@@ -384,9 +403,11 @@ def prepare_split(
     """
     if index_offset < 0:
         raise ValueError(f"index_offset={index_offset} must be >= 0.")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit} must be >= 1 (or None to read every row).")
     dataset, origin = load_split(spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config)
     if limit is not None:
-        dataset = dataset.select(range(min(int(limit), len(dataset))))
+        dataset = dataset.select(range(min(limit, len(dataset))))
     fields = (
         (question_field,) if question_field else spec.question_fields,
         (answer_field,) if answer_field else tuple(f for f, _ in spec.answer_fields),
@@ -508,7 +529,7 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
                 problems.append(f"{where}: extra_info.index={index} repeats {owner[index]}")
             else:
                 owner[index] = where
-            if score_gold and truth:
+            if score_gold and truth and is_chat and prompt:
                 style = _style_of(prompt)
                 try:
                     value = score_value(compute_score(row["data_source"], gold_response(truth, style), truth))
@@ -520,9 +541,14 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
     return problems
 
 
-def _style_of(prompt: Any) -> str:
-    """Guess the answer format a prompt asks for, from its instruction."""
-    content = prompt[-1].get("content", "") if isinstance(prompt, list) and prompt else ""
+def _style_of(prompt: list[dict[str, Any]]) -> PromptStyle:
+    """Guess the answer format a prompt asks for, from its instruction.
+
+    The DAPO template is recognised first, since a DAPO problem may itself mention ``\\boxed``.
+    """
+    content = prompt[-1].get("content") or ""
+    if content.endswith(DAPO_SUFFIX):
+        return "dapo"
     if '"####"' in content:
         return "gsm8k"
     if "\\boxed" in content:

@@ -25,7 +25,7 @@ other column names works with ``--hub-id`` plus ``--question-field`` / ``--answe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from coba_verl.data.formats import AnswerKind, PromptStyle
 
@@ -48,11 +48,13 @@ class SourceSpec:
             A dotted name reads a nested field.
         answer_fields: Candidate ``(column, kind)`` pairs for the ground truth, tried in order.
         context_fields: Columns prepended to the question when non-empty (OlympiadBench).
-        solution_fields: Columns whose text is kept in ``extra_info.solution`` for reference.
+        solution_fields: Columns whose text is kept in ``extra_info.solution`` for reference
+            (a list of strings, as in OlympiadBench, is joined).
         id_fields: Columns whose value is kept in ``extra_info.source_id`` (else the row position).
         dedupe: Drop repeated problems (DAPO-Math-17K repeats each problem about 100 times).
         training: Whether the set is used for training (its ``extra_info.index`` keys the
             CoBA-RL tracker, so it must be unique across the training set).
+        ability: Written to every row's ``ability`` column.
     """
 
     name: str
@@ -69,7 +71,7 @@ class SourceSpec:
     id_fields: tuple[str, ...] = ()
     dedupe: bool = False
     training: bool = False
-    ability: str = field(default="math")
+    ability: str = "math"
 
 
 _QUESTION = ("problem", "question", "prompt", "Problem", "Question")

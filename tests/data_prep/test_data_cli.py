@@ -83,6 +83,8 @@ def test_strict_exits_one_when_any_row_was_rejected(fixtures_dir, tmp_path) -> N
         (["dapo_eval", "--hub-id", "a/b"], "apply to one dataset, not a group"),
         (["gsm8k", "--splits", "dev"], "gsm8k has splits"),
         (["gsm8k", "extra.parquet"], "only 'check' takes files"),
+        (["gsm8k", "--limit", "0"], "--limit 0: give an integer >= 1"),
+        (["gsm8k", "--index-offset", "-5"], "--index-offset -5: give an integer >= 0"),
         (["nonsense"], "invalid choice"),
     ],
 )

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
@@ -21,6 +22,7 @@ def _rows(path: str | Path) -> list[dict]:
 
 
 def test_every_split_is_written_with_verl_schema_and_dense_indices(prepared) -> None:
+    assert set(prepared) == {(name, split) for name, spec in SOURCES.items() for split in spec.splits}
     for (name, split), report in prepared.items():
         table = pq.read_table(report.path)
         assert table.schema.equals(SCHEMA), name
@@ -107,6 +109,16 @@ def test_eval_answers_are_normalised_and_olympiad_context_prepended(prepared) ->
     assert truths["math500_dapo"][2] == "3"  # empty answer column: falls back to the solution's \boxed
     olympiad = _rows(prepared[("olympiadbench", "test")].path)
     assert olympiad[2]["extra_info"]["question"] == "Let $a=2$ and $b=3$.\nFind $a+b$."
+    assert olympiad[0]["extra_info"]["solution"] == "Check 21 and 22."  # a list of one string, joined
+
+
+def test_limit_reads_the_first_rows_and_rejects_non_positive_values(local_paths, tmp_path) -> None:
+    path = local_paths[("gsm8k", "train")]
+    report = prepare_split(SOURCES["gsm8k"], "train", tmp_path, local_path=path, limit=2)
+    assert (report.rows_read, report.rows_written) == (2, 2)
+    for limit in (0, -1):
+        with pytest.raises(ValueError, match=f"limit={limit} must be >= 1"):
+            prepare_split(SOURCES["gsm8k"], "train", tmp_path / "x", local_path=path, limit=limit)
 
 
 def test_gold_answers_score_one_through_verl(prepared) -> None:
@@ -220,3 +232,8 @@ def test_check_flags_index_collisions_across_training_files_and_unroutable_sourc
     problems = check_files([bad])
     assert any("no scorer for data_source='my_dataset'" in p for p in problems)
     assert any("row 1: reward_model.ground_truth is empty" in p for p in problems)
+
+    # A file from another tool with plain-string prompts is reported, not a crash.
+    foreign = tmp_path / "foreign.parquet"
+    pq.write_table(pa.Table.from_pylist([{**rows[2], "prompt": ["What is 2+2?"]}]), foreign)
+    assert check_files([foreign]) == [f"{foreign} row 0: prompt is not a non-empty list of chat messages"]

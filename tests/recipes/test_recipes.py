@@ -109,6 +109,42 @@ def test_every_setting_composes_and_passes_verl_validate_config(task: str, setti
     assert cfg.coba.strategy == "coba" and cfg.algorithm.adv_estimator == "grpo"
     assert cfg.trainer.use_v1 and not cfg.algorithm.filter_groups.enable
     assert cfg.actor_rollout_ref.model.path.startswith("Qwen/Qwen2.5-")
+    actor = cfg.actor_rollout_ref.actor  # docs/recipes.md: every setting has no KL term
+    assert not actor.use_kl_loss and actor.kl_loss_coef == 0.0
+    assert not cfg.algorithm.use_kl_in_reward and cfg.algorithm.kl_ctrl.kl_coef == 0.0
+
+
+def _leaf_keys(node: dict, prefix: str = "") -> list[str]:
+    """Dotted keys of every non-mapping value of a nested dict."""
+    keys = []
+    for key, value in node.items():
+        if isinstance(value, dict):
+            keys += _leaf_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def _has_key(node: object, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+@pytest.mark.parametrize(
+    "path", sorted(RECIPES.glob("*/config/*.yaml")), ids=lambda p: str(p.relative_to(RECIPES))
+)
+def test_recipe_yaml_sets_only_keys_that_exist_in_the_base_config(path: Path) -> None:
+    # A misspelt key in a recipe yaml composes and passes validate_config silently (it is merged
+    # in as a new key), so check each key against veRL's ppo_trainer plus the coba group.
+    base = raw(composed(str(ROOT / "coba_verl" / "config"), "coba_trainer", ()))
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    keys = [k for k in _leaf_keys(own) if k.split(".")[0] not in ("hydra", "defaults")]
+    assert keys
+    assert [k for k in keys if not _has_key(base, k)] == []
+    assert not _has_key(base, "algorithm.kl_ctrl.kl_cof")  # the check has teeth
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -176,6 +212,7 @@ def test_dapo_math_recipe_is_the_papers_main_setting() -> None:
     assert (cfg.data.train_batch_size, arr.rollout.n) == (256, 16)
     assert (cfg.coba.min_rollouts, cfg.coba.max_rollouts, cfg.coba.kappa) == (2, 128, 11.0)
     assert actor.optim.lr == 1e-6 and not actor.use_kl_loss and not cfg.algorithm.use_kl_in_reward
+    assert actor.kl_loss_coef == 0.0 and cfg.algorithm.kl_ctrl.kl_coef == 0.0
     assert (actor.clip_ratio_low, actor.clip_ratio_high) == (0.2, 0.28)
     assert cfg.data.max_response_length == 4096
     val = arr.rollout.val_kwargs
@@ -215,8 +252,9 @@ def test_default_data_paths_are_where_the_data_cli_writes(task: str) -> None:
         spec = SOURCES[path.parent.name]
         assert path.stem in spec.splits, path
         assert spec.training if role == "train" else path.stem == "test", path
-    yaml_cfg = composed(str(RECIPES / task / "config"), split_command(dry_run(task))[1], ())
-    assert resolved(yaml_cfg)["data"]["train_files"] == cfg.data.train_files  # yaml and script agree
+    yaml_cfg = resolved(composed(str(RECIPES / task / "config"), split_command(dry_run(task))[1], ()))
+    assert yaml_cfg["data"]["train_files"] == cfg.data.train_files  # yaml and script agree
+    assert yaml_cfg["data"]["val_files"] == resolved(cfg)["data"]["val_files"]
 
 
 def _documented_commands() -> list[tuple[Path, str]]:
