@@ -57,14 +57,16 @@ class CobaDataLoader(StatefulDataLoader):
         prompt_ids: Map from ``extra_info.index`` to the allocator's prompt ids.
     """
 
-    def __init__(self, *args: Any, allocator: BudgetAllocator, prompt_ids: PromptIdMap, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, allocator: BudgetAllocator, prompt_ids: PromptIdMap, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.allocator = allocator
         self.prompt_ids = prompt_ids
 
     @classmethod
     def wrap(cls, loader: StatefulDataLoader, config: CobaConfig) -> CobaDataLoader:
-        """Rebuild veRL's ``loader`` (not yet iterated) with the same sampler and settings, plus an allocator."""
+        """veRL's ``loader`` (not yet iterated) rebuilt with its sampler and settings, plus an allocator."""
         prompt_ids = PromptIdMap.from_dataset(loader.dataset)
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
         kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
@@ -80,7 +82,10 @@ class CobaDataLoader(StatefulDataLoader):
     def state_dict(self) -> dict[str, Any]:
         """veRL's dataloader state plus ``{STATE_KEY: {"allocator": ..., "prompt_ids": fingerprint}}``."""
         state = super().state_dict()
-        state[STATE_KEY] = {"allocator": self.allocator.state_dict(), "prompt_ids": self.prompt_ids.fingerprint}
+        state[STATE_KEY] = {
+            "allocator": self.allocator.state_dict(),
+            "prompt_ids": self.prompt_ids.fingerprint,
+        }
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -92,7 +97,9 @@ class CobaDataLoader(StatefulDataLoader):
         state = dict(state_dict)
         coba = state.pop(STATE_KEY, None)
         if coba is None:
-            logger.warning("dataloader checkpoint has no %s entry: the CoBA-RL tracker starts empty", STATE_KEY)
+            logger.warning(
+                "dataloader checkpoint has no %s entry: the CoBA-RL tracker starts empty", STATE_KEY
+            )
         else:
             if coba["prompt_ids"] != self.prompt_ids.fingerprint:
                 raise ValueError(

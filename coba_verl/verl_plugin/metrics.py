@@ -44,7 +44,10 @@ def budget_histogram(budgets: np.ndarray, low: int, up: int) -> dict[str, float]
     """``coba/budget_hist/<lo>-<hi>``: number of prompts with lo <= B_i <= hi, bins from `histogram_edges`."""
     edges = histogram_edges(low, up)
     counts, _ = np.histogram(budgets, bins=edges)  # bins [e_k, e_{k+1}), the last one closed
-    return {f"{PREFIX}budget_hist/{lo}-{hi - 1}": float(c) for lo, hi, c in zip(edges[:-1], edges[1:], counts)}
+    return {
+        f"{PREFIX}budget_hist/{lo}-{hi - 1}": float(c)
+        for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)
+    }
 
 
 def merge_allocations(allocations: list[Allocation]) -> Allocation:

@@ -112,5 +112,7 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int | str):
-        raise ValueError(f"extra_info.index={value!r} of type {type(value).__name__} is not an integer or a string.")
+        raise ValueError(
+            f"extra_info.index={value!r} of type {type(value).__name__} is not an integer or a string."
+        )
     return value

@@ -26,7 +26,6 @@ One step, M = 3 prompts, rollout.n = 4::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,7 +33,6 @@ import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
-
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
@@ -44,14 +42,6 @@ from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.metrics import merge_allocations, step_metrics
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Submitted:
-    """What was allocated to one submitted prompt (keyed by its uid)."""
-
-    prompt_id: int
-    budget: int
 
 
 @register_trainer(COBA_TRAINER_MODE)
@@ -75,7 +65,7 @@ class CobaTrainer(PPOTrainerSync):
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
-        self._submitted: dict[str, _Submitted] = {}  # uid -> allocation of the current step
+        self._prompt_of_uid: dict[str, int] = {}  # uid -> tracker id, prompts submitted this step
         self._allocations: list[Allocation] = []  # this step's allocations, one per submission
 
     @property
@@ -95,8 +85,7 @@ class CobaTrainer(PPOTrainerSync):
         allocation = self.allocator.allocate(ids, len(batch) * rollout_n)
         check_total(int(allocation.budgets.sum()), len(batch), rollout_n)
         batch["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
-        for uid, prompt_id, budget in zip(list(batch["uid"]), ids, allocation.budgets, strict=True):
-            self._submitted[str(uid)] = _Submitted(int(prompt_id), int(budget))
+        self._prompt_of_uid.update(zip(map(str, batch["uid"]), ids.tolist(), strict=True))
         self._allocations.append(allocation)
         return super()._submit_batch_to_rollout(batch)
 
@@ -113,7 +102,7 @@ class CobaTrainer(PPOTrainerSync):
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
         self._allocations.clear()
-        self._submitted.clear()
+        self._prompt_of_uid.clear()
         return batch
 
     # ------------------------------------------------------------------ helpers
@@ -134,14 +123,16 @@ class CobaTrainer(PPOTrainerSync):
                 final[session_key] = (int(output), key)
         keys = [key for _, key in final.values()]
         uids = [key.rsplit("_", 2)[0] for key in keys]
-        unknown = sorted({uid for uid in uids if uid not in self._submitted})
+        unknown = sorted({uid for uid in uids if uid not in self._prompt_of_uid})
         if unknown:
-            logger.warning("ignoring %d trajectory groups not submitted this step: %s", len(unknown), unknown[:3])
-            keep = [i for i, uid in enumerate(uids) if uid in self._submitted]
+            logger.warning(
+                "ignoring %d trajectory groups not submitted this step: %s", len(unknown), unknown[:3]
+            )
+            keep = [i for i, uid in enumerate(uids) if uid in self._prompt_of_uid]
             keys, uids = [keys[i] for i in keep], [uids[i] for i in keep]
         if not keys:
             return
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
         scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-        ids = np.asarray([self._submitted[uid].prompt_id for uid in uids], dtype=np.int64)  # (R,)
+        ids = np.asarray([self._prompt_of_uid[uid] for uid in uids], dtype=np.int64)  # (R,)
         self.allocator.observe(ids, scores)

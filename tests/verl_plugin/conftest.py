@@ -141,7 +141,7 @@ def kept_indices() -> list[int]:
     return list(KEPT_INDICES)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def small_config(train_parquet) -> Callable[..., DictConfig]:
     """A factory of composed configs over the fixture parquet (4 prompts x rollout.n = 4 per step)."""
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from coba_verl.core.config import CobaConfig
 from coba_verl.main import check_plugin_loaded, prepare_config
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_total, coba_config_from
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, check_total, coba_config_from
 
 # One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
 NON_DEFAULT_OVERRIDES = {
@@ -39,7 +39,9 @@ def test_coba_yaml_mirrors_cobaconfig_keys_and_defaults():
     defaults = dataclasses.asdict(CobaConfig())
     assert list(from_yaml) == list(defaults), "keys (and their order) must match CobaConfig's fields"
     for key, default in defaults.items():
-        assert from_yaml[key] == default, f"coba.{key}: yaml has {from_yaml[key]!r}, CobaConfig has {default!r}"
+        assert from_yaml[key] == default, (
+            f"coba.{key}: yaml has {from_yaml[key]!r}, CobaConfig has {default!r}"
+        )
         assert type(from_yaml[key]) is type(default), f"coba.{key}: {type(from_yaml[key])} vs {type(default)}"
 
 
@@ -76,7 +78,11 @@ def base_1x8(coba_compose, gpu_1x8):
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("trainer.v1.trainer_mode", "colocate_async", "trainer.v1.trainer_mode=colocate_async is not supported"),
+        (
+            "trainer.v1.trainer_mode",
+            "colocate_async",
+            "trainer.v1.trainer_mode=colocate_async is not supported",
+        ),
         ("trainer.v1.trainer_mode", "separate_async", "Set trainer.v1.trainer_mode=sync"),
         ("algorithm.filter_groups.enable", True, "Set algorithm.filter_groups.enable=false"),
         ("trainer.v1.sampler.sync_refill_failed_groups", True, "sync_refill_failed_groups=false"),
@@ -99,7 +105,9 @@ def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, 
 
 def test_allocation_not_spending_m_times_n_is_refused():
     check_total(64, num_prompts=4, rollout_n=16)
-    with pytest.raises(ValueError, match=r"spends 63 rollouts .* M \* actor_rollout_ref.rollout.n = 4 \* 16 = 64"):
+    with pytest.raises(
+        ValueError, match=r"spends 63 rollouts .* M \* actor_rollout_ref.rollout.n = 4 \* 16 = 64"
+    ):
         check_total(63, num_prompts=4, rollout_n=16)
 
 
@@ -126,11 +134,30 @@ def test_fresh_process_registers_the_trainer_on_import_verl_and_composes_the_cli
         "from coba_verl.main import main\n"
         "main()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True
+    )
     lines = out.stdout.splitlines()
     assert "TRAINER coba_verl.verl_plugin.trainer.CobaTrainer" in lines
-    composed = OmegaConf.create("\n".join(lines[lines.index("TRAINER coba_verl.verl_plugin.trainer.CobaTrainer") + 1 :]))
+    composed = OmegaConf.create(
+        "\n".join(lines[lines.index("TRAINER coba_verl.verl_plugin.trainer.CobaTrainer") + 1 :])
+    )
     assert composed.coba.strategy == "uniform" and composed.coba.kappa == 7
     assert composed.algorithm.adv_estimator == "grpo"
     assert composed.trainer.v1.trainer_mode == "sync"  # set to coba_sync only after the checks
     assert "actor_rollout_ref" in composed and "transfer_queue" in composed  # veRL's ppo_trainer
+
+
+def test_stock_main_ppo_config_selects_the_trainer_with_plus_coba_overrides():
+    """The second route: veRL's own ppo_trainer with trainer.v1.trainer_mode=coba_sync and +coba.*."""
+    from hydra import compose, initialize_config_module
+
+    overrides = [
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=16",
+        f"trainer.v1.trainer_mode={COBA_TRAINER_MODE}",
+        "+coba.strategy=knapsack",
+    ]
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=overrides)
+    assert check_config(config) == CobaConfig(strategy="knapsack")

@@ -11,14 +11,12 @@ import logging
 import numpy as np
 import pytest
 import torch
-
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
 from coba_verl.verl_plugin.prompt_ids import PromptIdMap
 from coba_verl.verl_plugin.trainer import CobaTrainer
-
 
 pytestmark = pytest.mark.usefixtures("reuse_datasets")
 
@@ -40,6 +38,15 @@ def next_batch(trainer):
     except StopIteration:
         trainer.train_dataloader_it = iter(trainer.train_dataloader)
         return tu.get_tensordict(next(trainer.train_dataloader_it))
+
+
+def release_workers(*trainers) -> None:
+    """Stop dataloader worker processes now; left to garbage collection of the trainer, each waits
+    out torch's 5 s join timeout."""
+    for trainer in trainers:
+        iterator = trainer.train_dataloader._iterator
+        if hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
 
 
 def scripted_scores(index: int, budget: int, step: int) -> np.ndarray:
@@ -118,21 +125,26 @@ def test_batches_come_in_verl_order_across_epochs(small_config, tiny_tokenizer, 
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_kill_and_resume_reproduces_the_allocations(small_config, tiny_tokenizer, tmp_path, num_workers, caplog):
+def test_kill_and_resume_reproduces_the_allocations(
+    small_config, tiny_tokenizer, tmp_path, num_workers, caplog
+):
     """Steps 1-3 are epoch 1 (12 prompts / 4), so step 4 onwards allocates from history. With
     dataloader workers, torchdata prefetches indices ahead of training: the tracker saved must be
     the one of the checkpointed step, not of the prefetch."""
     config = (f"data.dataloader_num_workers={num_workers}",)
-    uninterrupted = run_steps(build_trainer(small_config(*config), tiny_tokenizer), range(1, 7))
+    reference = build_trainer(small_config(*config), tiny_tokenizer)
+    uninterrupted = run_steps(reference, range(1, 7))
 
     first = build_trainer(small_config(*config), tiny_tokenizer)
     assert run_steps(first, range(1, 5)) == uninterrupted[:4]
     torch.save(first.train_dataloader.state_dict(), tmp_path / "data.pt")  # as veRL's _save_checkpoint
+    release_workers(first)
     del first
 
     resumed = build_trainer(small_config(*config), tiny_tokenizer)
     resumed.train_dataloader.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
     assert run_steps(resumed, range(5, 7)) == uninterrupted[4:]
+    release_workers(reference, resumed)
 
     # The allocations after step 4 depend on the restored tracker: without it they differ.
     assert all(len(set(budgets)) > 1 for _, budgets in uninterrupted[3:])

@@ -1,0 +1,341 @@
+"""`CobaTrainer` inside veRL's own ``fit()``, on a real TransferQueue over a local 2-CPU Ray.
+
+Replaced, because they need GPUs: the FSDP actor worker group (log-probs, update, checkpoint
+shards), the checkpoint engine (weight sync to the inference servers), and the LLM call inside
+the agent loop (a scripted answer with a known reward). veRL's own code runs for everything
+else: ``fit`` / ``step`` / ``prepare_step``, the dataloader, ``_submit_batch_to_rollout``,
+``AgentLoopWorkerTQ.generate_sequences`` / ``_run_prompt`` / ``_agent_loop_postprocess``
+(reading ``__rollout_n__``), TransferQueue's SimpleStorage backend, ``ReplayBuffer.sample``,
+``_balance_batch``, ``_compute_old_log_prob``, ``_compute_advantage``, ``_compute_metrics``,
+``Tracking`` (file backend), ``_save_checkpoint`` / ``_load_checkpoint`` (data.pt).
+
+TransferQueue starts in seconds on a 2-CPU Ray when it gets one storage unit
+(``transfer_queue.backend.SimpleStorage.num_data_storage_units=1``): its controller and each
+storage unit reserve one CPU, so veRL's default of 8 units (TransferQueue's own default: 2)
+waits forever for CPUs that a 2-CPU node does not have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+from verl.utils.tokenizer import normalize_token_ids
+
+from coba_verl.verl_plugin.dataloader import STATE_KEY
+from coba_verl.verl_plugin.trainer import CobaTrainer
+
+STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
+PROMPTS_PER_STEP, ROLLOUT_N, DP_SIZE = 4, 4, 2
+
+
+def scripted_reward(index: int, session: int, step: int) -> float:
+    """1.0 with probability (index % 5) / 4, deterministic in (index, session, step)."""
+    return float(np.random.default_rng(100_000 * index + 100 * step + session).random() < (index % 5) / 4)
+
+
+class ScriptedAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
+    """veRL's AgentLoopWorkerTQ (the class under ``@ray.remote``), in-process, with the LLM call
+    replaced by a scripted answer whose reward is `scripted_reward`."""
+
+    def __init__(self, config, tokenizer) -> None:  # AgentLoopWorker.__init__ would start LLM clients
+        self.config = config
+        self.tokenizer = tokenizer
+        self.processor = None
+        self.reward_loop_worker_handles = None
+        self.distillation_enabled = False
+        self.background_tasks: set = set()
+
+    async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        prompt_ids = normalize_token_ids(
+            self.tokenizer.apply_chat_template(
+                kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True
+            )
+        )
+        score = scripted_reward(int(kwargs["index"]), int(kwargs["session_id"]), int(kwargs["global_steps"]))
+        response_ids = self.tokenizer.encode("the answer is " + ("yes" if score else "no"))
+        version = kwargs["global_steps"] - 1  # weights in the servers: those after the previous step
+        steps = {"min_global_steps": version, "max_global_steps": version}
+        output = AgentLoopOutput(
+            prompt_ids=list(prompt_ids),
+            response_ids=response_ids,
+            response_mask=[1] * len(response_ids),
+            response_logprobs=[-0.5] * len(response_ids),
+            reward_score=score,
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+            extra_fields=steps,
+        )
+        return await self._agent_loop_postprocess(output, trajectory["validate"], **kwargs)
+
+
+class InlineAgentLoopManager:
+    """AgentLoopManagerTQ.generate_sequences without Ray: chunk over two workers, run to completion."""
+
+    def __init__(self, config, tokenizer) -> None:
+        self.workers = [ScriptedAgentLoopWorker(config, tokenizer) for _ in range(2)]
+        self.loop = asyncio.new_event_loop()
+        self.submissions: list[dict] = []
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        rollout_n = prompts["__rollout_n__"]
+        self.submissions.append(
+            {
+                "dtype": rollout_n.dtype,
+                "shape": tuple(rollout_n.shape),
+                "budgets": rollout_n.tolist(),
+                "index": [int(i) for i in list(prompts["index"])],
+                "uid": [str(u) for u in list(prompts["uid"])],
+                "step": int(prompts["global_steps"]),
+            }
+        )
+        for worker, chunk in zip(self.workers, prompts.chunk(len(self.workers)), strict=False):
+            self.loop.run_until_complete(worker.generate_sequences(chunk))
+        pending = [task for worker in self.workers for task in worker.background_tasks]
+        self.loop.run_until_complete(asyncio.gather(*pending))
+
+
+class CpuActorWorkerGroup:
+    """What veRL's trainer calls on the actor worker group, answered on CPU."""
+
+    def __init__(self, tq) -> None:
+        self.tq = tq
+        self._dispatch_info = {"actor": list(range(DP_SIZE))}
+        self.updates: list[dict] = []
+
+    def compute_log_prob(self, batch):
+        lengths = [tag["seq_len"] for tag in batch.tags]
+        zeros = torch.nested.as_nested_tensor([torch.zeros(n) for n in lengths], layout=torch.jagged)
+        fields = TensorDict({"log_probs": zeros, "entropy": zeros.clone()}, batch_size=len(batch))
+        self.tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        return batch
+
+    def update_actor(self, batch):
+        data = self.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"]
+        )
+        first_token = [float(a[0]) for a in data["advantages"].unbind()]
+        self.updates.append(
+            {"keys": list(batch.keys), "advantage": dict(zip(batch.keys, first_token, strict=True))}
+        )
+        return {"metrics": {"mfu": 0.0, "pg_loss": 0.0}}
+
+    def save_checkpoint(self, local_path, remote_path=None, global_steps=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        pass
+
+
+class NoWeightSync:
+    def sleep_replicas(self):
+        pass
+
+    def update_weights(self, global_steps=None):
+        pass
+
+
+@pytest.fixture(scope="module")
+def transfer_queue(coba_compose):
+    """A local Ray with 2 CPUs and TransferQueue initialised from veRL's transfer_queue config node."""
+    import ray
+    import transfer_queue as tq
+
+    assert not ray.is_initialized(), "another test left Ray running"
+    config = coba_compose(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1"])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(config.transfer_queue)
+        yield tq
+        tq.close()
+    finally:
+        ray.shutdown()
+
+
+def clear_transfer_queue(tq) -> None:
+    """Drop whatever an earlier run left in TransferQueue (fit() clears each step's keys itself)."""
+    for partition_id, items in (tq.kv_list() or {}).items():
+        if items:
+            tq.kv_clear(keys=list(items), partition_id=partition_id)
+
+
+def loop_config(small_config, ckpt_dir, *overrides):
+    return small_config(
+        f"trainer.total_training_steps={STEPS}",
+        "trainer.save_freq=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[file]",
+        f"trainer.default_local_dir={ckpt_dir}",
+        f"trainer.n_gpus_per_node={DP_SIZE}",
+        *overrides,
+    )
+
+
+def fit(config, tokenizer, tq, log_path, monkeypatch):
+    """``PPOTrainer._setup`` minus the GPU workers, then veRL's ``fit``."""
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
+    clear_transfer_queue(tq)
+    trainer = CobaTrainer(config)
+    trainer.tokenizer, trainer.processor = tokenizer, None
+    trainer._init_dataloader()
+    trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
+    trainer.actor_rollout_wg = CpuActorWorkerGroup(tq)
+    trainer.checkpoint_manager = NoWeightSync()
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])  # rewards come with rollouts
+    trainer._load_checkpoint()
+    manager = InlineAgentLoopManager(config, tokenizer)
+    trainer.fit(manager)
+    trainer.logger.finish()
+    return trainer, manager
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, manager = fit(
+            loop_config(small_config, root / "ckpt"),
+            tiny_tokenizer,
+            transfer_queue,
+            root / "metrics.jsonl",
+            monkeypatch,
+        )
+    logged = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+
+
+def test_every_submission_carries_int64_budgets_summing_to_m_times_n(uninterrupted):
+    submissions = uninterrupted.manager.submissions
+    assert [s["step"] for s in submissions] == list(range(1, STEPS + 1))
+    for s in submissions:
+        assert s["dtype"] == torch.int64 and s["shape"] == (PROMPTS_PER_STEP,)
+        assert sum(s["budgets"]) == PROMPTS_PER_STEP * ROLLOUT_N
+        assert 2 <= min(s["budgets"]) and max(s["budgets"]) <= 8
+    # Epoch 1 has no history: plain GRPO. Epoch 2 allocates from the tracker.
+    assert all(s["budgets"] == [ROLLOUT_N] * PROMPTS_PER_STEP for s in submissions[:3])
+    assert all(len(set(s["budgets"])) > 1 for s in submissions[3:])
+
+
+def test_agent_loop_generated_exactly_the_allocated_rollouts_per_prompt(uninterrupted):
+    for submission, update in zip(
+        uninterrupted.manager.submissions, uninterrupted.trainer.actor_rollout_wg.updates, strict=True
+    ):
+        per_uid = Counter(key.split("_")[0] for key in update["keys"])
+        assert [per_uid[uid] for uid in submission["uid"]] == submission["budgets"]
+
+
+def test_grpo_advantages_are_centred_within_each_variable_group(uninterrupted):
+    update = uninterrupted.trainer.actor_rollout_wg.updates[-1]
+    groups: dict[str, list[float]] = {}
+    for key, advantage in update["advantage"].items():
+        groups.setdefault(key.split("_")[0], []).append(advantage)
+    assert sorted(len(g) for g in groups.values()) != [ROLLOUT_N] * PROMPTS_PER_STEP
+    for advantages in groups.values():
+        assert abs(sum(advantages)) < 1e-4
+
+
+def test_tracker_holds_the_pass_rates_of_the_finished_trajectories(uninterrupted):
+    successes: Counter = Counter()
+    rollouts: Counter = Counter()
+    for s in uninterrupted.manager.submissions:
+        for index, budget in zip(s["index"], s["budgets"], strict=True):
+            successes[index] += sum(scripted_reward(index, session, s["step"]) for session in range(budget))
+            rollouts[index] += budget
+    loader = uninterrupted.trainer.train_dataloader
+    indices = sorted(rollouts)
+    got = loader.allocator.tracker.pass_rates(loader.prompt_ids.ids(indices))
+    want = np.array([successes[i] / rollouts[i] for i in indices])
+    np.testing.assert_allclose(got, want)
+    assert loader.allocator.tracker.steps == STEPS
+
+
+def test_checkpoint_is_written_after_the_steps_tracker_update(uninterrupted):
+    for step in (2, 4, 6):
+        state = torch.load(uninterrupted.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
+        assert state[STATE_KEY]["allocator"]["tracker"]["steps"] == step
+
+
+def test_coba_metrics_are_logged_through_verl_tracking(uninterrupted):
+    by_step = {entry["step"]: entry["data"] for entry in uninterrupted.logged}
+    assert sorted(by_step) == list(range(1, STEPS + 1))
+    step5 = by_step[5]
+    assert step5["coba/budget_mean"] == ROLLOUT_N
+    assert step5["coba/budget_min"] >= 2 and step5["coba/budget_max"] <= 8
+    hist = {k: v for k, v in step5.items() if k.startswith("coba/budget_hist/")}
+    assert set(hist) == {"coba/budget_hist/2-3", "coba/budget_hist/4-7", "coba/budget_hist/8-8"}
+    assert sum(hist.values()) == PROMPTS_PER_STEP
+    for key in (
+        "coba/alpha",
+        "coba/beta",
+        "coba/tau",
+        "coba/F_bar",
+        "coba/F_tilde",
+        "coba/alpha_next",
+        "coba/at_min_rollouts",
+        "coba/at_max_rollouts",
+        "coba/alloc_time_s",
+        "coba/all_pass_share",
+        "coba/all_fail_share",
+        "coba/expected_zero_var_share",
+        "coba/expected_zero_var_share_uniform",
+    ):
+        assert key in step5, key
+    assert "coba/alpha" not in by_step[1]  # uniform cold start: no Beta involved, NaNs are not logged
+    assert "critic/score/mean" in step5  # veRL's own metrics of the same step
+
+
+def test_kill_and_resume_through_verl_checkpoint_reproduces_the_allocations(
+    uninterrupted, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    config = loop_config(
+        small_config,
+        uninterrupted.ckpt,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={uninterrupted.ckpt / 'global_step_4'}",
+        "trainer.save_freq=-1",
+    )
+    _, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
+    resumed = [(s["step"], s["index"], s["budgets"]) for s in manager.submissions]
+    expected = [(s["step"], s["index"], s["budgets"]) for s in uninterrupted.manager.submissions[4:]]
+    assert resumed == expected
+
+
+def test_uniform_strategy_submits_rollout_n_for_every_prompt(
+    transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    config = loop_config(
+        small_config, tmp_path / "ckpt", "coba.strategy=uniform", "trainer.total_training_steps=4"
+    )
+    _, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
+    assert [s["budgets"] for s in manager.submissions] == [[ROLLOUT_N] * PROMPTS_PER_STEP] * 4
+
+
+def test_allocation_that_misses_m_times_n_is_refused_before_generation(
+    small_config, tiny_tokenizer, tmp_path
+):
+    trainer = CobaTrainer(loop_config(small_config, tmp_path / "ckpt"))
+    trainer.tokenizer, trainer.processor = tiny_tokenizer, None
+    trainer._init_dataloader()
+    allocate = trainer.allocator.allocate
+
+    def one_short(ids, total):
+        result = allocate(ids, total)
+        result.budgets[0] -= 1
+        return result
+
+    trainer.allocator.allocate = one_short
+    trainer.global_steps = 1
+    batch = trainer._next_train_batch()
+    with pytest.raises(ValueError, match="spends 15 rollouts"):
+        trainer._submit_batch_to_rollout(batch)
