@@ -36,8 +36,10 @@ COVERAGE = 0.9
 
 def knapsack_cost_estimate(p: np.ndarray, up: int) -> int:
     """est = sum floor(min(up, ln(1 - 0.9) / ln(max(p, 1 - p)))) over 0 < p < 1 (spec §9) [release]."""
-    q = np.maximum(p, 1.0 - p)
-    return int(np.sum(np.floor(np.minimum(up, math.log(1.0 - COVERAGE) / np.log(q)))))
+    q = np.maximum(p, 1.0 - p)  # in [0.5, 1]; rounds to 1.0 for p within 1e-16 of 0 or 1
+    with np.errstate(divide="ignore"):
+        n = np.where(q < 1.0, math.log(1.0 - COVERAGE) / np.log(q), np.inf)
+    return int(np.sum(np.floor(np.minimum(up, n))))
 
 
 def allocate_knapsack(last_p: np.ndarray, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
