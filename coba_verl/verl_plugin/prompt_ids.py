@@ -73,6 +73,7 @@ class PromptIdMap:
 
     @classmethod
     def from_dataset(cls, dataset: Any) -> PromptIdMap:
+        """The map of a (filtered) training dataset, read with `dataset_index_values`."""
         return cls(dataset_index_values(dataset))
 
     @property

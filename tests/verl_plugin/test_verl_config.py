@@ -11,6 +11,7 @@ from importlib import resources
 import pytest
 from omegaconf import OmegaConf
 
+import coba_verl.main
 from coba_verl.core.config import CobaConfig
 from coba_verl.main import check_plugin_loaded, prepare_config
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, check_total, coba_config_from
@@ -103,6 +104,19 @@ def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, 
     assert message in str(info.value)
 
 
+def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(base_1x8):
+    """``python -m verl.trainer.main_ppo trainer.v1.trainer_mode=coba_sync`` skips coba_verl.main's
+    checks; CobaTrainer's constructor makes the same refusals inside TaskRunnerV1."""
+    from coba_verl.verl_plugin.trainer import CobaTrainer
+
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", COBA_TRAINER_MODE)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True)
+    with pytest.raises(ValueError, match="Set algorithm.filter_groups.enable=false"):
+        CobaTrainer(config)
+    assert config.trainer.v1.trainer_mode == COBA_TRAINER_MODE  # refused before anything was changed
+
+
 def test_allocation_not_spending_m_times_n_is_refused():
     check_total(64, num_prompts=4, rollout_n=16)
     with pytest.raises(
@@ -118,6 +132,10 @@ def test_launch_refused_when_veRL_would_skip_the_plugin(monkeypatch):
         check_plugin_loaded()
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "some_other_plugin")
     with pytest.raises(RuntimeError, match="add coba_verl to its list"):
+        check_plugin_loaded()
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    monkeypatch.setattr(coba_verl.main, "entry_points", lambda group: [])
+    with pytest.raises(RuntimeError, match="entry point 'coba_verl' is not installed"):
         check_plugin_loaded()
 
 

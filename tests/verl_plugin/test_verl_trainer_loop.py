@@ -7,7 +7,12 @@ else: ``fit`` / ``step`` / ``prepare_step``, the dataloader, ``_submit_batch_to_
 ``AgentLoopWorkerTQ.generate_sequences`` / ``_run_prompt`` / ``_agent_loop_postprocess``
 (reading ``__rollout_n__``), TransferQueue's SimpleStorage backend, ``ReplayBuffer.sample``,
 ``_balance_batch``, ``_compute_old_log_prob``, ``_compute_advantage``, ``_compute_metrics``,
-``Tracking`` (file backend), ``_save_checkpoint`` / ``_load_checkpoint`` (data.pt).
+``Tracking`` (file backend), ``_save_checkpoint`` / ``_load_checkpoint`` (data.pt), ``_validate``.
+
+The scripted run is built to reach the corners of trajectory counting: session 0 of every prompt
+with an even ``extra_info.index`` returns two agent-loop outputs (a multi-turn session), three
+data-parallel ranks make ``_balance_batch`` add padding rows every step, and validation runs
+before training and every third step.
 
 TransferQueue starts in seconds on a 2-CPU Ray when it gets one storage unit
 (``transfer_queue.backend.SimpleStorage.num_data_storage_units=1``): its controller and each
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections import Counter
 from types import SimpleNamespace
@@ -29,13 +35,23 @@ import torch
 from tensordict import TensorDict
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tokenizer import normalize_token_ids
 
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
-PROMPTS_PER_STEP, ROLLOUT_N, DP_SIZE = 4, 4, 2
+# 3 ranks: 16 trajectories (plus multi-output extras) never fill lcm(3, ppo_mini_batch_size * n = 8) = 24,
+# so veRL's _balance_batch adds padding rows to every step.
+PROMPTS_PER_STEP, ROLLOUT_N, DP_SIZE = 4, 4, 3
+
+
+def is_multi_output(index: int, session: int) -> bool:
+    """Sessions whose agent loop returns two outputs (a first turn, then the final answer)."""
+    return session == 0 and index % 2 == 0
 
 
 def scripted_reward(index: int, session: int, step: int) -> float:
@@ -62,20 +78,30 @@ class ScriptedAgentLoopWorker(AgentLoopWorkerTQ.__ray_actor_class__):
             )
         )
         score = scripted_reward(int(kwargs["index"]), int(kwargs["session_id"]), int(kwargs["global_steps"]))
-        response_ids = self.tokenizer.encode("the answer is " + ("yes" if score else "no"))
         version = kwargs["global_steps"] - 1  # weights in the servers: those after the previous step
-        steps = {"min_global_steps": version, "max_global_steps": version}
-        output = AgentLoopOutput(
-            prompt_ids=list(prompt_ids),
-            response_ids=response_ids,
-            response_mask=[1] * len(response_ids),
-            response_logprobs=[-0.5] * len(response_ids),
-            reward_score=score,
-            num_turns=2,
-            metrics=AgentLoopMetrics(),
-            extra_fields=steps,
-        )
-        return await self._agent_loop_postprocess(output, trajectory["validate"], **kwargs)
+
+        def output(text: str, reward: float | None) -> AgentLoopOutput:
+            response_ids = self.tokenizer.encode(text)
+            return AgentLoopOutput(
+                prompt_ids=list(prompt_ids),
+                response_ids=response_ids,
+                response_mask=[1] * len(response_ids),
+                response_logprobs=[-0.5] * len(response_ids),
+                reward_score=reward,
+                num_turns=2,
+                metrics=AgentLoopMetrics(),
+                extra_fields={
+                    "min_global_steps": version,
+                    "max_global_steps": version,
+                    "reward_extra_info": {},
+                },
+            )
+
+        final = output("the answer is " + ("yes" if score else "no"), score)
+        outputs = final
+        if not trajectory["validate"] and is_multi_output(int(kwargs["index"]), int(kwargs["session_id"])):
+            outputs = [output("the answer", None), final]  # veRL copies the final reward to the first
+        return await self._agent_loop_postprocess(outputs, trajectory["validate"], **kwargs)
 
 
 class InlineAgentLoopManager:
@@ -84,20 +110,22 @@ class InlineAgentLoopManager:
     def __init__(self, config, tokenizer) -> None:
         self.workers = [ScriptedAgentLoopWorker(config, tokenizer) for _ in range(2)]
         self.loop = asyncio.new_event_loop()
-        self.submissions: list[dict] = []
+        self.submissions: list[dict] = []  # training batches
+        self.validations: list[dict] = []  # validation batches
 
     def generate_sequences(self, prompts: TensorDict) -> None:
-        rollout_n = prompts["__rollout_n__"]
-        self.submissions.append(
-            {
-                "dtype": rollout_n.dtype,
-                "shape": tuple(rollout_n.shape),
-                "budgets": rollout_n.tolist(),
-                "index": [int(i) for i in list(prompts["index"])],
-                "uid": [str(u) for u in list(prompts["uid"])],
-                "step": int(prompts["global_steps"]),
-            }
-        )
+        record = {
+            "index": [int(i) for i in list(prompts["index"])],
+            "uid": [str(u) for u in list(prompts["uid"])],
+            "step": int(prompts["global_steps"]),
+            "dtype": None,
+            "shape": None,
+            "budgets": None,  # stays None when the batch carries no __rollout_n__ (stock veRL)
+        }
+        if "__rollout_n__" in prompts.keys():
+            rollout_n = prompts["__rollout_n__"]
+            record.update(dtype=rollout_n.dtype, shape=tuple(rollout_n.shape), budgets=rollout_n.tolist())
+        (self.validations if "validate" in prompts.keys() else self.submissions).append(record)
         for worker, chunk in zip(self.workers, prompts.chunk(len(self.workers)), strict=False):
             self.loop.run_until_complete(worker.generate_sequences(chunk))
         pending = [task for worker in self.workers for task in worker.background_tasks]
@@ -169,6 +197,7 @@ def clear_transfer_queue(tq) -> None:
 
 
 def loop_config(small_config, ckpt_dir, *overrides):
+    """The config ``TaskRunnerV1`` receives from ``python -m coba_verl.main`` (trainer_mode=coba_sync)."""
     return small_config(
         f"trainer.total_training_steps={STEPS}",
         "trainer.save_freq=2",
@@ -177,15 +206,27 @@ def loop_config(small_config, ckpt_dir, *overrides):
         "trainer.logger=[file]",
         f"trainer.default_local_dir={ckpt_dir}",
         f"trainer.n_gpus_per_node={DP_SIZE}",
+        f"trainer.v1.trainer_mode={COBA_TRAINER_MODE}",
         *overrides,
     )
 
 
-def fit(config, tokenizer, tq, log_path, monkeypatch):
+class RecordWarnings(logging.Handler):
+    """Collects the WARNING records of the trainer module's logger while a run is in progress."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def fit(config, tokenizer, tq, log_path, monkeypatch, cls=CobaTrainer):
     """``PPOTrainer._setup`` minus the GPU workers, then veRL's ``fit``."""
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(log_path))
     clear_transfer_queue(tq)
-    trainer = CobaTrainer(config)
+    trainer = cls(config)
     trainer.tokenizer, trainer.processor = tokenizer, None
     trainer._init_dataloader()
     trainer._init_dump_executor()
@@ -203,16 +244,36 @@ def fit(config, tokenizer, tq, log_path, monkeypatch):
 @pytest.fixture(scope="module")
 def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        trainer, manager = fit(
-            loop_config(small_config, root / "ckpt"),
-            tiny_tokenizer,
-            transfer_queue,
-            root / "metrics.jsonl",
-            monkeypatch,
-        )
+    warnings = RecordWarnings()
+    trainer_logger = logging.getLogger(CobaTrainer.__module__)
+    trainer_logger.addHandler(warnings)
+    try:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            trainer, manager = fit(
+                loop_config(
+                    small_config, root / "ckpt", "trainer.val_before_train=true", "trainer.test_freq=3"
+                ),
+                tiny_tokenizer,
+                transfer_queue,
+                root / "metrics.jsonl",
+                monkeypatch,
+            )
+    finally:
+        trainer_logger.removeHandler(warnings)
     logged = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
-    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+    return SimpleNamespace(
+        trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt", warnings=warnings.messages
+    )
+
+
+def test_coba_sync_mode_runs_verl_synchronous_machinery(uninterrupted):
+    """trainer_mode=coba_sync only selects the class: veRL's base must see "sync" (one whole batch per
+    step, the synchronous replay buffer), or it would switch to one-prompt async submissions."""
+    trainer = uninterrupted.trainer
+    assert trainer.trainer_mode == "sync" and trainer.config.trainer.v1.trainer_mode == "sync"
+    assert type(trainer.replay_buffer) is ReplayBuffer
+    assert trainer.replay_buffer.gen_batch_size == PROMPTS_PER_STEP
+    assert trainer.parameter_sync_step == 1
 
 
 def test_every_submission_carries_int64_budgets_summing_to_m_times_n(uninterrupted):
@@ -231,18 +292,32 @@ def test_agent_loop_generated_exactly_the_allocated_rollouts_per_prompt(uninterr
     for submission, update in zip(
         uninterrupted.manager.submissions, uninterrupted.trainer.actor_rollout_wg.updates, strict=True
     ):
-        per_uid = Counter(key.split("_")[0] for key in update["keys"])
+        sessions = {tuple(key.rsplit("_", 2)[:2]) for key in update["keys"]}  # {(uid, session)}
+        per_uid = Counter(uid for uid, _ in sessions)
         assert [per_uid[uid] for uid in submission["uid"]] == submission["budgets"]
+        # The corners this run is built to reach: a second output in some sessions, padding rows.
+        assert len(update["keys"]) > len(sessions)
+        assert any(key.startswith("pad") for key in update["keys"])
+
+
+def test_padding_rows_are_skipped_without_a_warning(uninterrupted):
+    updates = uninterrupted.trainer.actor_rollout_wg.updates
+    assert all(any(key.startswith("pad") for key in update["keys"]) for update in updates)
+    assert uninterrupted.warnings == []
 
 
 def test_grpo_advantages_are_centred_within_each_variable_group(uninterrupted):
+    submission = uninterrupted.manager.submissions[-1]
     update = uninterrupted.trainer.actor_rollout_wg.updates[-1]
-    groups: dict[str, list[float]] = {}
+    groups: dict[str, dict[str, float]] = {}  # uid -> {session: advantage}, padding left out
     for key, advantage in update["advantage"].items():
-        groups.setdefault(key.split("_")[0], []).append(advantage)
-    assert sorted(len(g) for g in groups.values()) != [ROLLOUT_N] * PROMPTS_PER_STEP
+        uid, session, _ = key.rsplit("_", 2)
+        if uid in submission["uid"]:
+            groups.setdefault(uid, {})[session] = advantage  # every output of a session shares it
+    assert sorted(len(g) for g in groups.values()) == sorted(submission["budgets"])
+    assert sorted(submission["budgets"]) != [ROLLOUT_N] * PROMPTS_PER_STEP
     for advantages in groups.values():
-        assert abs(sum(advantages)) < 1e-4
+        assert abs(sum(advantages.values())) < 1e-4
 
 
 def test_tracker_holds_the_pass_rates_of_the_finished_trajectories(uninterrupted):
@@ -260,6 +335,20 @@ def test_tracker_holds_the_pass_rates_of_the_finished_trajectories(uninterrupted
     assert loader.allocator.tracker.steps == STEPS
 
 
+def test_validation_neither_gets_budgets_nor_feeds_the_tracker(uninterrupted):
+    """veRL's _validate submits its batches to the agent loop directly (not through
+    _submit_batch_to_rollout) and never calls _compute_advantage; validation keeps val_kwargs.n."""
+    validations = uninterrupted.manager.validations
+    assert [v["step"] for v in validations] == [0, 3, 6]
+    assert all(v["budgets"] is None for v in validations)
+    assert all(len(v["index"]) == 12 for v in validations)
+    by_step = {entry["step"]: entry["data"] for entry in uninterrupted.logged}
+    for step in range(1, STEPS + 1):  # each step's tracker update holds exactly its own rollouts
+        assert by_step[step]["coba/prompts"] == PROMPTS_PER_STEP
+        assert by_step[step]["coba/rollouts"] == PROMPTS_PER_STEP * ROLLOUT_N
+    assert any(key.startswith("val-core/") for key in by_step[3])
+
+
 def test_checkpoint_is_written_after_the_steps_tracker_update(uninterrupted):
     for step in (2, 4, 6):
         state = torch.load(uninterrupted.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
@@ -268,7 +357,8 @@ def test_checkpoint_is_written_after_the_steps_tracker_update(uninterrupted):
 
 def test_coba_metrics_are_logged_through_verl_tracking(uninterrupted):
     by_step = {entry["step"]: entry["data"] for entry in uninterrupted.logged}
-    assert sorted(by_step) == list(range(1, STEPS + 1))
+    assert sorted(by_step) == list(range(0, STEPS + 1))  # step 0: validation before training
+    assert not any(key.startswith("coba/") for key in by_step[0])
     step5 = by_step[5]
     assert step5["coba/budget_mean"] == ROLLOUT_N
     assert step5["coba/budget_min"] >= 2 and step5["coba/budget_max"] <= 8
@@ -311,14 +401,43 @@ def test_kill_and_resume_through_verl_checkpoint_reproduces_the_allocations(
     assert resumed == expected
 
 
-def test_uniform_strategy_submits_rollout_n_for_every_prompt(
+def trained_trajectories(trainer, manager) -> list[dict[tuple[int, int, int], float]]:
+    """Per step, {(extra_info.index, session, output): advantage} of what the actor was trained on."""
+    steps = []
+    for submission, update in zip(manager.submissions, trainer.actor_rollout_wg.updates, strict=True):
+        index_of = dict(zip(submission["uid"], submission["index"], strict=True))
+        trajectories = {}
+        for key, advantage in update["advantage"].items():
+            uid, session, output = key.rsplit("_", 2)
+            if uid in index_of:  # padding rows carry a uid of their own
+                trajectories[(index_of[uid], int(session), int(output))] = advantage
+        steps.append(trajectories)
+    return steps
+
+
+def test_uniform_strategy_reproduces_stock_grpo(
     transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    config = loop_config(
-        small_config, tmp_path / "ckpt", "coba.strategy=uniform", "trainer.total_training_steps=4"
-    )
-    _, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
-    assert [s["budgets"] for s in manager.submissions] == [[ROLLOUT_N] * PROMPTS_PER_STEP] * 4
+    """coba.strategy=uniform against veRL's own PPOTrainerSync on the same data and rewards: same
+    prompts per step, rollout.n sessions each, same trajectories, same advantages."""
+    runs = {}
+    for name, cls, overrides in (
+        ("stock", PPOTrainerSync, ("trainer.v1.trainer_mode=sync",)),
+        ("uniform", CobaTrainer, ("coba.strategy=uniform",)),
+    ):
+        config = loop_config(small_config, tmp_path / name, "trainer.total_training_steps=4", *overrides)
+        log_path = tmp_path / f"{name}.jsonl"
+        trainer, manager = fit(config, tiny_tokenizer, transfer_queue, log_path, monkeypatch, cls)
+        runs[name] = (manager, trained_trajectories(trainer, manager))
+    (stock, stock_trained), (uniform, uniform_trained) = runs["stock"], runs["uniform"]
+    assert [s["budgets"] for s in stock.submissions] == [None] * 4  # stock veRL: no __rollout_n__
+    assert [s["budgets"] for s in uniform.submissions] == [[ROLLOUT_N] * PROMPTS_PER_STEP] * 4
+    assert [s["index"] for s in uniform.submissions] == [s["index"] for s in stock.submissions]
+    for stock_step, uniform_step in zip(stock_trained, uniform_trained, strict=True):
+        assert len(stock_step) > PROMPTS_PER_STEP * ROLLOUT_N  # rollout.n sessions, some with 2 outputs
+        assert sorted(uniform_step) == sorted(stock_step)
+        for key, advantage in stock_step.items():
+            assert uniform_step[key] == pytest.approx(advantage, abs=1e-6), key
 
 
 def test_allocation_that_misses_m_times_n_is_refused_before_generation(
