@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ def _int_list(text: str) -> list[int]:
     try:
         out = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 0,1,2") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers, e.g. 0,1,2"
+        ) from None
     if not out:
         raise argparse.ArgumentTypeError(f"{text!r} names no integer; give e.g. 0,1,2")
     return out
@@ -113,14 +116,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_int_list, default=d.seeds, help="comma-separated seeds")
     p.add_argument("--steps", type=_positive(int), default=d.steps, help="GRPO steps per run")
     p.add_argument("--prompts-per-step", type=_positive(int), default=d.prompts_per_step, help="M")
-    p.add_argument("--rollouts-per-prompt", type=_positive(int), default=d.rollouts_per_prompt, help="n; budget M*n")
+    p.add_argument(
+        "--rollouts-per-prompt", type=_positive(int), default=d.rollouts_per_prompt, help="n; budget M*n"
+    )
     p.add_argument("--n-train", type=_positive(int), default=d.n_train, help="training prompts")
     p.add_argument("--n-eval", type=_positive(int), default=d.n_eval, help="held-out prompts")
-    p.add_argument("--eval-every", type=_positive(int), default=d.eval_every, help="steps between evaluations")
+    p.add_argument(
+        "--eval-every", type=_positive(int), default=d.eval_every, help="steps between evaluations"
+    )
     p.add_argument("--eval-samples", type=_positive(int), default=d.eval_samples, help="k of avg@k")
     p.add_argument("--lr", type=_positive(float), default=d.lr, help="GRPO learning rate")
-    p.add_argument("--mini-batch-size", type=int, default=d.mini_batch_size, help="rollouts per optimiser step, 0 = all")
-    p.add_argument("--warm-steps", type=int, default=d.warm_steps, help="supervised warm-start steps")
+    p.add_argument(
+        "--mini-batch-size", type=int, default=d.mini_batch_size, help="rollouts per optimiser step, 0 = all"
+    )
+    p.add_argument("--warm-steps", type=int, default=d.warm_steps, help="most supervised warm-start steps")
+    p.add_argument(
+        "--warm-target",
+        type=float,
+        default=d.warm_target,
+        help="warm start stops at this probe accuracy (0 = off)",
+    )
     p.add_argument(
         "--coba",
         type=_coba_item,
@@ -157,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    os.environ.setdefault("VERL_LOGGING_LEVEL", "ERROR")  # veRL's accelerator probing is noise on CPU
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
     import torch
 
     from coba_verl.lab.config import LabConfig
@@ -176,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             mini_batch_size=args.mini_batch_size,
             warm_steps=args.warm_steps,
+            warm_target=args.warm_target,
             coba=dict(args.coba),
             threads=args.threads,
         )

@@ -58,15 +58,21 @@ class LabConfig:
         rollouts_per_prompt: n; the step's budget is total = M * n * scale rollouts (spec §1).
         eval_every: Evaluate on the held-out set every this many steps (and at the first and last).
         eval_samples: Samples per held-out prompt at temperature 1 (accuracy = avg@k, as the paper).
-        lr: AdamW learning rate of the GRPO updates (constant, as veRL's actor default).
+        lr: AdamW learning rate of the GRPO updates (constant, as veRL's actor default). Adam moves
+            every weight by about ``lr`` per step whatever the gradient's size, and the gradient of
+            a few hundred rollouts is noisy: 1e-3 knocks the warm-started model down (held-out
+            accuracy 0.22 -> 0.10 within 32 steps), 1e-4 improves it steadily.
         weight_decay: AdamW weight decay (veRL's actor default 0.01).
-        mini_batch_size: Rollouts per optimiser step; 0 = one step on all rollouts of the step.
+        mini_batch_size: Rollouts per optimiser step; 0 = one step on all rollouts of the step
+            (exactly on-policy, the spec's "one policy update per step").
         clip_ratio_low: PPO clip epsilon below 1 (paper 0.2).
         clip_ratio_high: PPO clip epsilon above 1 (paper 0.28, "clip-higher").
         grad_clip: Gradient-norm clip (veRL's actor default 1.0).
-        warm_steps: Supervised warm-start steps (see `coba_verl.lab.warmstart`).
+        warm_steps: Most supervised warm-start steps (see `coba_verl.lab.warmstart`).
+        warm_target: The warm start stops once its probe accuracy (temperature 1, warm-start
+            levels) reaches this; 0 = always run ``warm_steps`` steps.
         warm_batch_size: Problems per warm-start step.
-        warm_lr: Peak warm-start learning rate (linear decay to 10 %).
+        warm_lr: Warm-start learning rate (constant after a 20-step warm-up).
         hidden_size: Width of the Qwen2 model.
         num_layers: Decoder layers.
         intermediate_size: SwiGLU width.
@@ -80,18 +86,19 @@ class LabConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     n_train: int = 2048
     n_eval: int = 512
-    steps: int = 120
+    steps: int = 256
     prompts_per_step: int = 32
     rollouts_per_prompt: int = 8
-    eval_every: int = 20
+    eval_every: int = 32
     eval_samples: int = 4
-    lr: float = 1e-3
+    lr: float = 1e-4
     weight_decay: float = 0.01
     mini_batch_size: int = 0
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.28
     grad_clip: float = 1.0
-    warm_steps: int = 1200
+    warm_steps: int = 4000
+    warm_target: float = 0.4
     warm_batch_size: int = 64
     warm_lr: float = 3e-3
     hidden_size: int = 64
@@ -113,7 +120,8 @@ class LabConfig:
             raise ValueError(f"seeds={self.seeds} must be a non-empty list of distinct integers.")
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
-            "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size", "snapshot_steps",
+            "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
+            "snapshot_steps",
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
@@ -123,10 +131,13 @@ class LabConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
         if self.prompts_per_step > self.n_train:
             raise ValueError(
-                f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; lower it or grow the set."
+                f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; "
+                "lower it or grow the set."
             )
         if self.hidden_size % 4:
             raise ValueError(f"hidden_size={self.hidden_size} must be a multiple of 4 (4 attention heads).")
+        if not 0.0 <= self.warm_target <= 1.0:
+            raise ValueError(f"warm_target={self.warm_target} must lie in [0, 1].")
         for name in ("lr", "warm_lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive.")

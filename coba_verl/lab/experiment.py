@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 CSV_FIELDS = (
     "run", "strategy", "budget_scale", "seed", "step", "epoch", "rollouts", "total_budget", "train_acc",
-    "batch_pass_rate", "zero_grad_share", "zero_grad_rollout_share", "alpha", "beta", "alloc_strategy", "tau",
+    "batch_pass_rate", "zero_grad_share", "zero_grad_rollout_share", "all_pass_share", "all_fail_share",
+    "alpha", "beta", "alloc_strategy", "tau",
     "budget_min", "budget_max", "budget_std", "unseen_prompts", "f_bar", "pg_loss", "pg_clipfrac", "ppo_kl",
     "grad_norm", "response_len", "gen_s", "update_s", "plugin_s", "step_s", "eval_acc",
 )  # fmt: skip
@@ -101,7 +102,7 @@ class RunFolder:
         (self.path / name).write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
 
     def write_config(self, cfg: LabConfig, status: str, extra: dict[str, Any]) -> None:
-        doc = {"status": status, "lab": cfg.to_dict(), **extra}
+        doc = json.loads(json.dumps({"status": status, "lab": cfg.to_dict(), **extra}, default=_jsonable))
         self.write_json("config.json", doc)
         (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
@@ -150,7 +151,7 @@ def run_lab(
     folder = RunFolder(out_dir)
     env = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "threads": torch.get_num_threads(),
         "command": " ".join(sys.argv),
     }
@@ -158,7 +159,9 @@ def run_lab(
     warm_info: dict[str, Any] = {}
     status = "interrupted"
     specs = cfg.run_specs
-    bar = tqdm(total=len(cfg.seeds) * len(specs) * cfg.steps, disable=not progress, unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        total=len(cfg.seeds) * len(specs) * cfg.steps, disable=not progress, unit="step", dynamic_ncols=True
+    )
     try:
         for seed in cfg.seeds:
             bar.set_description(f"warm start seed {seed}")
@@ -171,6 +174,7 @@ def run_lab(
             warm_info[str(seed)] = {
                 "seconds": ctx.warm_seconds,
                 "cached": ctx.warm_cached,
+                **ctx.info,
                 "eval_acc": ev0.acc,
                 "eval_acc_per_level": ev0.per_level,
                 "eval_pass_rate_histogram": _histogram(ev0.pass_rates),
@@ -222,8 +226,13 @@ def run_lab(
             wall = time.perf_counter() - start
             peak = _peak_rss_mb()
             (folder.path / "summary.txt").write_text(table + "\n")
-            folder.write_json("summary.json", {"status": status, "wall_s": wall, "peak_rss_mb": peak, "runs": summary})
-            write_plots(folder.rows, folder.snaps, folder.path / "plots")
+            folder.write_json(
+                "summary.json", {"status": status, "wall_s": wall, "peak_rss_mb": peak, "runs": summary}
+            )
+            try:
+                write_plots(folder.rows, folder.snaps, folder.path / "plots")
+            except Exception:  # the metrics are safe on disk; a plotting bug must not hide them
+                logger.exception("plotting failed; metrics and summary are in %s", folder.path)
             folder.write_config(cfg, status, {"env": env, "wall_s": wall, "peak_rss_mb": peak})
         finally:
             if previous is not None:

@@ -24,6 +24,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
+from verl.workers.config.actor import PolicyLossConfig
 
 from coba_verl.lab.model import response_logprobs
 
@@ -43,14 +44,20 @@ class RolloutBatch:
 
 
 def make_actor_config(
-    *, rollout_n: int, mini_batch_size: int, clip_ratio_low: float, clip_ratio_high: float
+    *,
+    rollout_n: int,
+    mini_batch_size: int,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    loss_mode: str = "vanilla",
 ) -> ActorConfig:
     """A veRL ``ActorConfig`` carrying the policy-loss settings the lab uses.
 
-    ``loss_agg_mode="token-mean"`` and ``policy_loss.loss_mode="vanilla"`` are veRL's defaults;
-    the asymmetric clip (0.2 / 0.28) is the paper's (spec §8).
+    ``loss_agg_mode="token-mean"`` and ``loss_mode="vanilla"`` (a name in veRL's policy-loss
+    registry) are veRL's defaults; the asymmetric clip (0.2 / 0.28) is the paper's (spec §8).
     """
     return ActorConfig(
+        policy_loss=PolicyLossConfig(loss_mode=loss_mode),
         strategy="fsdp",
         rollout_n=rollout_n,
         ppo_mini_batch_size=mini_batch_size,
@@ -109,7 +116,9 @@ def grpo_update(
     mb = max(1, min(actor.ppo_mini_batch_size, r))
     with torch.no_grad():
         old_log_prob = (
-            response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)
+            response_logprobs(
+                model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
+            )
             if mb < r
             else None
         )
@@ -119,7 +128,11 @@ def grpo_update(
     for start in range(0, r, mb):
         sl = slice(start, min(start + mb, r))
         log_prob = response_logprobs(
-            model, batch.prompt_ids[sl], batch.prompt_mask[sl], batch.response_ids[sl], batch.response_mask[sl]
+            model,
+            batch.prompt_ids[sl],
+            batch.prompt_mask[sl],
+            batch.response_ids[sl],
+            batch.response_mask[sl],
         )  # (r_mb, T)
         old = log_prob.detach() if old_log_prob is None else old_log_prob[sl]
         pg_loss, pg_metrics = loss_fn(
@@ -135,7 +148,11 @@ def grpo_update(
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
         n_mb += 1
-        for k, v in {**pg_metrics, "actor/pg_loss": float(pg_loss.detach()), "actor/grad_norm": float(grad_norm)}.items():
+        for k, v in {
+            **pg_metrics,
+            "actor/pg_loss": float(pg_loss.detach()),
+            "actor/grad_norm": float(grad_norm),
+        }.items():
             sums[k] = sums.get(k, 0.0) + float(v)
     model.eval()
     return {k: v / n_mb for k, v in sums.items()}

@@ -30,7 +30,9 @@ class ModelSpec:
     max_positions: int = 32
 
 
-def build_model(spec: ModelSpec, vocab_size: int, *, pad_id: int, bos_id: int, eos_id: int, seed: int) -> Qwen2ForCausalLM:
+def build_model(
+    spec: ModelSpec, vocab_size: int, *, pad_id: int, bos_id: int, eos_id: int, seed: int
+) -> Qwen2ForCausalLM:
     """Randomly initialise a ``Qwen2ForCausalLM`` from ``spec`` with ``torch.manual_seed(seed)``."""
     cfg = Qwen2Config(
         vocab_size=vocab_size,
@@ -81,7 +83,9 @@ def sample(
     cache = DynamicCache()
     mask = attention_mask
     pos = _positions(mask)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+    out = model(
+        input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
+    )
     last_pos = pos[:, -1:]
     done = torch.zeros(r, dtype=torch.bool)
     tokens: list[torch.Tensor] = []
@@ -102,7 +106,11 @@ def sample(
         mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype)], dim=1)
         last_pos = last_pos + 1
         out = model(
-            input_ids=nxt[:, None], attention_mask=mask, position_ids=last_pos, past_key_values=cache, use_cache=True
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=last_pos,
+            past_key_values=cache,
+            use_cache=True,
         )
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
 

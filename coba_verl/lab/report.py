@@ -53,7 +53,9 @@ def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[di
 
     def evals(label: str, seed: int) -> list[tuple[int, float]]:
         out = [(0, start[seed])] if seed in start else []
-        return out + [(r["rollouts"], r["eval_acc"]) for r in by[(label, seed)] if not math.isnan(r["eval_acc"])]
+        return out + [
+            (r["rollouts"], r["eval_acc"]) for r in by[(label, seed)] if not math.isnan(r["eval_acc"])
+        ]
 
     out: list[dict[str, Any]] = []
     for label in labels:

@@ -42,7 +42,7 @@ from coba_verl.lab.task import LEVELS, Split, make_splits, score_batch
 from coba_verl.lab.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.lab.warmstart import warm_start
 
-__all__ = ["SeedContext", "EvalResult", "prepare_seed", "evaluate", "train_run", "StepSink"]
+__all__ = ["SeedContext", "EvalResult", "build_context", "prepare_seed", "evaluate", "train_run", "StepSink"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +112,25 @@ def prompt_order(n_train: int, m: int, steps: int, seed: int) -> np.ndarray:
     return np.concatenate(chunks)[:need].reshape(steps, m)
 
 
+def _source_digest() -> str:
+    """Hash of the code that determines the warm-start weights, so edits invalidate the cache."""
+    from coba_verl.lab import model, task, tokenizer, warmstart
+
+    h = hashlib.sha256()
+    for mod in (model, task, tokenizer, warmstart):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _cache_key(cfg: LabConfig, seed: int) -> str:
     blob = json.dumps(
         {
-            "v": 1,
+            "code": _source_digest(),
             "seed": seed,
             "levels": [lv.__dict__ for lv in LEVELS],
             "n": [cfg.n_train, cfg.n_eval],
             "model": _model_spec(cfg).__dict__,
-            "warm": [cfg.warm_steps, cfg.warm_batch_size, cfg.warm_lr],
+            "warm": [cfg.warm_steps, cfg.warm_target, cfg.warm_batch_size, cfg.warm_lr],
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -130,33 +140,21 @@ def _cache_key(cfg: LabConfig, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedContext:
-    """Generate the splits, build the tokenizer and the warm-started model (cached by config hash)."""
+def build_context(
+    cfg: LabConfig,
+    seed: int,
+    train: Split,
+    held_out: Split,
+    warm_state: dict[str, torch.Tensor],
+    *,
+    warm_seconds: float = 0.0,
+    warm_cached: bool = False,
+) -> SeedContext:
+    """Assemble a `SeedContext` from splits and weights (tests use it with hand-made splits)."""
     tok = build_tokenizer()
-    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval)
     tr_ids, tr_mask = encode_prompts(tok, train.prompts)
     ev_ids, ev_mask = encode_prompts(tok, held_out.prompts)
     longest = max(len(a) for a in train.answers + held_out.answers)
-    cache = cache_dir / f"warm-{_cache_key(cfg, seed)}.pt" if cache_dir is not None else None
-    start = time.perf_counter()
-    if cache is not None and cache.exists():
-        state = torch.load(cache, map_location="cpu", weights_only=True)
-        cached = True
-        logger.info("seed %d: warm start loaded from %s", seed, cache)
-    else:
-        model = new_model(cfg, tok, seed)
-        exclude = frozenset(train.prompts) | frozenset(held_out.prompts)
-        logger.info("seed %d: supervised warm start, %d steps of %d problems", seed, cfg.warm_steps, cfg.warm_batch_size)
-        warm_start(
-            model, tok, steps=cfg.warm_steps, batch_size=cfg.warm_batch_size, lr=cfg.warm_lr, seed=seed, exclude=exclude
-        )
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        cached = False
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            torch.save(state, tmp)
-            tmp.replace(cache)
     return SeedContext(
         seed=seed,
         tok=tok,
@@ -167,11 +165,50 @@ def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedCo
         eval_ids=ev_ids,
         eval_mask=ev_mask,
         max_new_tokens=longest + 1,
-        order=prompt_order(cfg.n_train, cfg.prompts_per_step, cfg.steps, seed),
-        warm_state=state,
-        warm_seconds=time.perf_counter() - start,
-        warm_cached=cached,
+        order=prompt_order(len(train), cfg.prompts_per_step, cfg.steps, seed),
+        warm_state=warm_state,
+        warm_seconds=warm_seconds,
+        warm_cached=warm_cached,
     )
+
+
+def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedContext:
+    """Generate the splits and the warm-started weights of ``seed`` (cached by config hash)."""
+    tok = build_tokenizer()
+    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval)
+    cache = cache_dir / f"warm-{_cache_key(cfg, seed)}.pt" if cache_dir is not None else None
+    start = time.perf_counter()
+    if cache is not None and cache.exists():
+        saved = torch.load(cache, map_location="cpu", weights_only=False)
+        state, info = saved["state"], saved["info"]
+        cached = True
+        logger.info("seed %d: warm start loaded from %s", seed, cache)
+    else:
+        model = new_model(cfg, tok, seed)
+        exclude = frozenset(train.prompts) | frozenset(held_out.prompts)
+        logger.info(
+            "seed %d: supervised warm start (at most %d steps of %d problems)",
+            seed,
+            cfg.warm_steps,
+            cfg.warm_batch_size,
+        )
+        result = warm_start(
+            model, tok, max_steps=cfg.warm_steps, batch_size=cfg.warm_batch_size, lr=cfg.warm_lr, seed=seed,
+            target=cfg.warm_target, exclude=exclude,
+        )  # fmt: skip
+        info = {"steps": result.steps, "reached_target": result.reached_target, "probe_acc": result.probe_acc}
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        cached = False
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            torch.save({"state": state, "info": info}, tmp)
+            tmp.replace(cache)
+    ctx = build_context(
+        cfg, seed, train, held_out, state, warm_seconds=time.perf_counter() - start, warm_cached=cached
+    )
+    ctx.info.update(info)
+    return ctx
 
 
 def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,7 +247,9 @@ def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 
         np.add.at(succ, r, scores)
     rates = succ / k
     per_level = {
-        lv.name: float(rates[ctx.eval.levels == i].mean()) for i, lv in enumerate(LEVELS) if np.any(ctx.eval.levels == i)
+        lv.name: float(rates[ctx.eval.levels == i].mean())
+        for i, lv in enumerate(LEVELS)
+        if np.any(ctx.eval.levels == i)
     }
     return EvalResult(acc=float(rates.mean()), per_level=per_level, pass_rates=rates)
 
@@ -268,16 +307,19 @@ def train_run(
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
         ids = ctx.order[step - 1]  # (M,)
-        alpha, beta = allocator.tracker.shape(reverse=spec.strategy == "reverse")
+        alpha, beta = allocator.tracker.shape(reverse=spec.strategy == "reverse")  # drives this step
+        ta = time.perf_counter()
         res = allocator.allocate(ids, total)
-        t_alloc = time.perf_counter() - t0
+        t_alloc = time.perf_counter() - ta
         budgets = res.budgets  # (M,) int64, sum == total
         rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
         rollout_ids = ids[rows]  # (R,)
-        p_ids, p_mask, resp, rmask = _generate(model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen)
+        p_ids, p_mask, resp, rmask = _generate(
+            model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen
+        )
         texts = decode_responses(ctx.tok, resp, rmask)
         scores = score_batch(texts, [ctx.train.answers[i] for i in rollout_ids])  # (R,)
-        t_gen = time.perf_counter() - t0 - t_alloc
+        t_gen = time.perf_counter() - ta - t_alloc
         t1 = time.perf_counter()
         allocator.observe(rollout_ids, scores)
         step_stats = allocator.end_step()
@@ -306,6 +348,8 @@ def train_run(
             "batch_pass_rate": float(per_prompt.mean()),
             "zero_grad_share": zero / groups,
             "zero_grad_rollout_share": float(budgets[in_zero].sum() / budgets.sum()),
+            "all_pass_share": float(np.mean(per_prompt == 1)),
+            "all_fail_share": float(np.mean(per_prompt == 0)),
             "alpha": alpha,
             "beta": beta,
             "alloc_strategy": res.strategy,

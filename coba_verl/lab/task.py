@@ -1,9 +1,9 @@
 """A generated, verifiable arithmetic task with a wide difficulty spread.
 
 Each problem is a prompt such as ``"47*8="`` whose answer is the decimal integer (``"376"``).
-Difficulty comes from the operation and the operand lengths (a *level*): two-digit sums are
-learned by the warm start almost perfectly, three-by-two-digit products are out of reach of a
-tiny model, and the levels in between sit anywhere from 5 % to 95 %. That mixture mirrors the
+Difficulty comes from the operation and the operand lengths (a *level*, see `LEVELS`): after
+the supervised warm start a tiny model solves sums like ``"47+8="`` most of the time, products
+like ``"47*8="`` now and then, and products like ``"473*58="`` never. That mixture mirrors the
 pass-rate histogram of real maths sets (many prompts solved every time, many never, a band in
 between), which is the regime rollout-budget allocation is about (spec §1-2).
 
@@ -46,20 +46,16 @@ class Level:
         return f"{self.a_digits}{self.op}{self.b_digits}"
 
 
-# The mixture. Single-digit sums and products (100 problems each) are memorised by the warm
-# start: the "too easy" mass. Two-digit sums, differences and products by one digit sit in
-# between; products of two- and three-digit numbers are out of reach: the "too hard" mass.
+# The mixture, five levels with at least 900 distinct problems each (so every level has held-out
+# problems). After the default warm start, sums and differences of a two- and a one-digit number
+# are solved most of the time, two-digit sums and two-by-one-digit products about half of the
+# time or less, and three-by-two-digit products never: the "too hard" mass. Each level is a
+# separate skill for the model, so every extra level dilutes the warm start.
 LEVELS: tuple[Level, ...] = (
-    Level("+", 1, 1, 1.0),
-    Level("*", 1, 1, 1.0),
     Level("+", 2, 1, 1.0),
     Level("-", 2, 1, 1.0),
     Level("+", 2, 2, 1.0),
-    Level("-", 2, 2, 1.0),
     Level("*", 2, 1, 1.0),
-    Level("+", 3, 3, 1.0),
-    Level("-", 3, 3, 1.0),
-    Level("*", 2, 2, 1.0),
     Level("*", 3, 2, 1.0),
 )
 
@@ -155,4 +151,6 @@ def score_batch(responses: Sequence[str], answers: Sequence[str]) -> np.ndarray:
     """``verify`` over aligned lists; returns (R,) float32 scores in {0, 1}."""
     if len(responses) != len(answers):
         raise ValueError(f"{len(responses)} responses but {len(answers)} answers; they must align.")
-    return np.fromiter((verify(r, a) for r, a in zip(responses, answers, strict=True)), np.float32, len(answers))
+    return np.fromiter(
+        (verify(r, a) for r, a in zip(responses, answers, strict=True)), np.float32, len(answers)
+    )

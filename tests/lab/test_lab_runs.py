@@ -1,0 +1,158 @@
+"""Run folders, exact budgets, determinism, Ctrl-C and the command line, on tiny sizes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import coba_verl.lab.experiment as experiment
+from coba_verl.lab.cli import main
+from coba_verl.lab.config import LabConfig, parse_run_label
+from coba_verl.lab.experiment import read_metrics, run_lab
+
+TINY = {
+    "hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 3, "warm_batch_size": 16,
+    "n_train": 48, "n_eval": 16, "prompts_per_step": 8, "rollouts_per_prompt": 4, "eval_every": 6,
+    "eval_samples": 1, "snapshot_steps": 2,
+}  # fmt: skip
+TIMING = {"gen_s", "update_s", "plugin_s", "step_s"}
+
+
+def _tiny(**kw) -> LabConfig:
+    return LabConfig(**{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def lab_run(tmp_path_factory: pytest.TempPathFactory):
+    cfg = _tiny(runs=["uniform", "knapsack", "coba", "coba_release", "coba@0.5"], seeds=[0, 1], steps=14)
+    out = tmp_path_factory.mktemp("lab") / "run"
+    return cfg, run_lab(cfg, out, cache_dir=None, progress=False)
+
+
+def test_run_folder_holds_metrics_config_summary_and_plots(lab_run) -> None:
+    cfg, outcome = lab_run
+    folder = outcome.folder
+    assert outcome.status == "finished"
+    for name in ("config.json", "config.yaml", "metrics.jsonl", "metrics.csv", "snapshots.jsonl",
+                 "warmstart.json", "summary.txt", "summary.json"):  # fmt: skip
+        assert (folder / name).stat().st_size > 0, name
+    for name in (
+        "accuracy_vs_rollouts.png",
+        "budget_vs_pass_rate.png",
+        "alpha.png",
+        "zero_grad.png",
+        "overview.png",
+    ):
+        assert (folder / "plots" / name).read_bytes()[:4] == b"\x89PNG", name
+    config = json.loads((folder / "config.json").read_text())
+    assert config["status"] == "finished" and config["lab"]["runs"] == cfg.runs
+    assert yaml.safe_load((folder / "config.yaml").read_text())["lab"] == config["lab"]
+    rows = read_metrics(folder)
+    assert len(rows) == len(cfg.seeds) * (1 + len(cfg.runs) * cfg.steps)  # + one warm-start row per seed
+    with open(folder / "metrics.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert [s["run"] for s in summary["runs"]] == cfg.runs
+    table = (folder / "summary.txt").read_text()
+    assert all(label in table for label in cfg.runs)
+
+
+def test_every_strategy_spends_exactly_its_budget_each_step(lab_run) -> None:
+    cfg, outcome = lab_run
+    rows = [r for r in read_metrics(outcome.folder) if r["step"] > 0]
+    for r in rows:
+        total = cfg.budget(parse_run_label(r["run"]))
+        assert r["total_budget"] == total
+        assert r["rollouts"] == r["step"] * total
+        assert 2 <= r["budget_min"] <= r["budget_max"]
+    snaps = [json.loads(line) for line in (outcome.folder / "snapshots.jsonl").read_text().splitlines()]
+    assert snaps
+    for s in snaps:
+        assert sum(s["budgets"]) == cfg.budget(parse_run_label(s["run"]))
+        assert len(s["budgets"]) == len(s["pass_rates"]) == cfg.prompts_per_step
+
+
+def test_same_seed_reproduces_every_metric_except_timings(lab_run, tmp_path: Path) -> None:
+    cfg = _tiny(runs=["coba"], seeds=[1], steps=14)
+    outcome = run_lab(cfg, tmp_path / "again", cache_dir=None, progress=False)
+    again = [r for r in read_metrics(outcome.folder)]
+    first = [
+        r for r in read_metrics(lab_run[1].folder) if r["seed"] == 1 and r["run"] in ("coba", "warm_start")
+    ]
+    assert len(again) == len(first)
+    for a, b in zip(again, first, strict=True):
+        keys = set(a) - TIMING
+        assert {k: a[k] for k in keys} == pytest.approx({k: b[k] for k in keys}, nan_ok=True)
+
+
+def test_warm_start_cache_gives_the_same_weights(tmp_path: Path) -> None:
+    cfg = _tiny(runs=["uniform"], steps=2, eval_every=2)
+    a = run_lab(cfg, tmp_path / "a", cache_dir=tmp_path / "cache", progress=False)
+    b = run_lab(cfg, tmp_path / "b", cache_dir=tmp_path / "cache", progress=False)
+    warm = [json.loads((o.folder / "warmstart.json").read_text())["0"] for o in (a, b)]
+    assert [w["cached"] for w in warm] == [False, True]
+    assert warm[0]["eval_acc"] == warm[1]["eval_acc"]
+    rows_a, rows_b = read_metrics(a.folder), read_metrics(b.folder)
+    assert len(rows_a) == len(rows_b)
+    for x, y in zip(rows_a, rows_b, strict=True):
+        keys = set(x) - TIMING
+        assert {k: x[k] for k in keys} == pytest.approx({k: y[k] for k in keys}, nan_ok=True)
+
+
+def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = experiment.train_run
+
+    def interrupted(cfg, ctx, spec, sink, **kw):
+        def sink_then_stop(row):
+            sink(row)
+            if row["step"] == 3:
+                raise KeyboardInterrupt
+
+        return real(cfg, ctx, spec, sink_then_stop, **kw)
+
+    monkeypatch.setattr(experiment, "train_run", interrupted)
+    cfg = _tiny(runs=["uniform", "coba"], steps=8)
+    outcome = run_lab(cfg, tmp_path / "partial", cache_dir=None, progress=False)
+    assert outcome.status == "interrupted"
+    assert json.loads((outcome.folder / "config.json").read_text())["status"] == "interrupted"
+    rows = read_metrics(outcome.folder)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert "uniform" in (outcome.folder / "summary.txt").read_text()
+    assert (outcome.folder / "plots" / "accuracy_vs_rollouts.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--runs", "uniform,bogus"], "'bogus' is unknown"),
+        (["--runs", "coba@1.5"], "must lie in (0, 1]"),
+        (["--seeds", "0,x"], "'0,x' is not a comma-separated list of integers"),
+        (["--steps", "0"], "'0' must be positive"),
+        (["--coba", "kapa=7"], "'kapa=7' is not KEY=VALUE"),
+        (["--coba", "kappa=1"], "coba.kappa=1 must be > 2"),
+        (["--rollouts-per-prompt", "1"], "total=32 rollouts per step, infeasible"),
+        (["--runs", "coba,coba"], "repeats a strategy"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message_naming_the_value(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_command_line_run_prints_the_summary_table(tmp_path: Path, capsys) -> None:
+    argv = "--runs uniform,coba --steps 3 --n-train 32 --n-eval 8 --prompts-per-step 8"
+    argv += " --rollouts-per-prompt 4 --eval-every 3 --eval-samples 1 --warm-steps 2"
+    argv += " --no-cache --no-progress -q"
+    argv = [*argv.split(), "--out", str(tmp_path / "cli")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "final acc" in out and "uniform" in out and "coba" in out
+    assert (tmp_path / "cli" / "summary.txt").exists()
+    np.testing.assert_equal(json.loads((tmp_path / "cli" / "config.json").read_text())["status"], "finished")
