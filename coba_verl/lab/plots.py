@@ -80,6 +80,7 @@ def _eval_curves(rows: list[dict[str, Any]], label: str) -> dict[int, dict[int, 
 
 
 def plot_accuracy(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any]) -> None:
+    n = 0  # seeds behind the curves; none when every run was interrupted before its first evaluation
     for label, color in colors.items():
         per_seed = _eval_curves(rows, label)
         if not per_seed:
