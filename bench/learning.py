@@ -131,19 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     footer = (
         f"{outcome.status}: {len(cfg.seeds)} seeds x {len(cfg.runs)} runs x {cfg.steps} steps "
         f"(M={cfg.prompts_per_step}, n={cfg.rollouts_per_prompt}) in {outcome.wall_s / 60:.1f} min, "
-        f"peak RSS {outcome.peak_rss_mb:.0f} MB, torch threads {torch.get_num_threads()}; "
-        f"run folder {outcome.folder}"
+        f"peak RSS {outcome.peak_rss_mb:.0f} MB, torch threads {torch.get_num_threads()}"
     )
-    sys.stdout.write(table + "\n\n" + footer + "\n")
+    sys.stdout.write(f"{table}\n\n{footer}; run folder {outcome.folder}\n")
     if args.publish is not None:
         args.publish.mkdir(parents=True, exist_ok=True)
-        for name in (
-            "accuracy_vs_rollouts.png",
-            "overview.png",
-            "budget_vs_pass_rate.png",
-            "alpha.png",
-            "zero_grad.png",
-        ):
+        for name in ("accuracy_vs_rollouts.png", "budget_vs_pass_rate.png", "overview.png"):
             src = outcome.folder / "plots" / name
             if src.exists():
                 shutil.copyfile(src, args.publish / name)

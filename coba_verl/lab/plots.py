@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-__all__ = ["write_plots"]
+__all__ = ["PLOT_FILES", "write_plots"]
 
 PLOT_FILES = (
     "accuracy_vs_rollouts.png",

@@ -14,6 +14,7 @@ import coba_verl.lab.experiment as experiment
 from coba_verl.lab.cli import main
 from coba_verl.lab.config import LabConfig, parse_run_label
 from coba_verl.lab.experiment import read_metrics, run_lab
+from coba_verl.lab.plots import PLOT_FILES
 
 TINY = {
     "hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 3, "warm_batch_size": 16,
@@ -41,13 +42,7 @@ def test_run_folder_holds_metrics_config_summary_and_plots(lab_run) -> None:
     for name in ("config.json", "config.yaml", "metrics.jsonl", "metrics.csv", "snapshots.jsonl",
                  "warmstart.json", "summary.txt", "summary.json"):  # fmt: skip
         assert (folder / name).stat().st_size > 0, name
-    for name in (
-        "accuracy_vs_rollouts.png",
-        "budget_vs_pass_rate.png",
-        "alpha.png",
-        "zero_grad.png",
-        "overview.png",
-    ):
+    for name in PLOT_FILES:
         assert (folder / "plots" / name).read_bytes()[:4] == b"\x89PNG", name
     config = json.loads((folder / "config.json").read_text())
     assert config["status"] == "finished" and config["lab"]["runs"] == cfg.runs
@@ -123,7 +118,8 @@ def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: p
     rows = read_metrics(outcome.folder)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert "uniform" in (outcome.folder / "summary.txt").read_text()
-    assert (outcome.folder / "plots" / "accuracy_vs_rollouts.png").exists()
+    for name in PLOT_FILES:
+        assert (outcome.folder / "plots" / name).exists(), name
 
 
 @pytest.mark.parametrize(
