@@ -20,6 +20,8 @@ class GainModel(ABC):
     """M separable concave value curves."""
 
     size: int
+    #: True when `count_at_least` is closed form (cheap for any M); False for the generic bisection.
+    closed_form_counts: bool = False
 
     def value(self, b: np.ndarray) -> np.ndarray:
         """(M,) V_i(b_i)."""
@@ -79,6 +81,8 @@ class GeometricGains(GainModel):
         c: (M,) float64 >= 0, the value at saturation.
         k: (M,) float64 >= 0, the per-rollout saturation rate.
     """
+
+    closed_form_counts = True
 
     def __init__(self, c: np.ndarray, k: np.ndarray) -> None:
         self.c = np.asarray(c, dtype=np.float64)

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from coba_verl.core.capability import adaptive_tau, beta_shape, initial_beta_shape, psi
-from coba_verl.core.values import CobaValue, saturation
+from coba_verl.core.values import CobaValue, beta_density, saturation
 
 
 def test_psi_pins_from_the_spec():
@@ -71,3 +71,9 @@ def test_p_is_clipped_before_the_value():
     at_clip = value.gains(np.array([0.01])).value(np.array([10]))
     np.testing.assert_allclose(at_zero, at_clip)
     assert at_zero[0] > 0  # the clip keeps zero-pass prompts in play
+
+
+def test_beta_density_matches_scipy():
+    p = np.linspace(0.01, 0.99, 99)
+    for alpha, beta in [(1.0, 1.0), (9.0, 2.0), (7.26, 3.74), (1.0, 10.0), (2.0, 9.0)]:
+        np.testing.assert_allclose(beta_density(p, alpha, beta), stats.beta.pdf(p, alpha, beta), rtol=1e-10)

@@ -121,3 +121,17 @@ def test_knapsack_gains_are_nonincreasing_and_zero_at_certain_outcomes():
     g = np.stack([gains.gain(np.full(4, b)) for b in range(2, 60)])
     assert np.all(np.diff(g, axis=0) <= 1e-15)
     assert np.all(g[:, [0, 3]] == 0.0)
+
+
+@pytest.mark.parametrize("m", [40, 600])  # 40 * 126 sorts the gain table; 600 * 126 bisects
+def test_threshold_paths_for_gains_without_closed_form_match_heap(m):
+    rng = np.random.default_rng(m)
+    gains = KnapsackValue().gains(rng.integers(0, 17, size=m) / 16.0)
+    np.testing.assert_array_equal(solve_threshold(gains, m * 16, 2, 128), solve_heap(gains, m * 16, 2, 128))
+
+
+@pytest.mark.parametrize("m", [8, 32, 33, 200])  # both sides of the gain-table size bound
+def test_threshold_table_and_search_paths_match_heap_for_coba(m):
+    rng = np.random.default_rng(m)
+    gains = CobaValue(6.0, 5.0).gains(rng.integers(0, 9, size=m) / 8.0)
+    np.testing.assert_array_equal(solve_threshold(gains, m * 8, 2, 128), solve_heap(gains, m * 8, 2, 128))
