@@ -29,20 +29,13 @@ from coba_verl.core.config import CobaConfig
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release
 from coba_verl.core.solvers import check_budget, solve
+from coba_verl.core.spread import uniform_split
 from coba_verl.core.tracker import CapabilityTracker, _as_int_array
 from coba_verl.core.values import CobaValue
 
 logger = logging.getLogger(__name__)
 
 METRIC_PREFIX = "coba/"
-
-
-def uniform_split(m: int, total: int) -> np.ndarray:
-    """total // M rollouts each, the remainder one by one to the first prompts: [3, 3, 2, 2] for (4, 10)."""
-    base, rem = divmod(int(total), int(m))
-    budgets = np.full(m, base, dtype=np.int64)
-    budgets[:rem] += 1
-    return budgets
 
 
 @dataclass
@@ -176,7 +169,6 @@ class BudgetAllocator:
         """Budgets for the prompts ``ids`` (M,) summing to ``total``."""
         start = time.perf_counter()
         ids_a = _as_int_array("ids", ids)
-        check_budget(ids_a.size, total, self.config.min_rollouts, self.config.max_rollouts)
         strategy = self.config.strategy
         result = allocate_from_rates(
             self.tracker.pass_rates(ids_a),

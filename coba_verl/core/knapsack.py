@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from coba_verl.core.solvers import check_budget, solve
-from coba_verl.core.spread import spread_even
+from coba_verl.core.spread import spread_even, uniform_split
 from coba_verl.core.values import KnapsackValue
 
 #: Knapsack-RL's target: max(p, 1 - p)^N = 1 - ALPHA, i.e. a 90 % chance of a mixed group.
@@ -48,8 +48,7 @@ def allocate_knapsack(last_p: np.ndarray, total: int, low: int, up: int, solver:
     m = p.size
     check_budget(m, total, low, up)
     unseen = np.isnan(p)
-    uniform = np.full(m, int(total) // m, dtype=np.int64)
-    uniform[: int(total) % m] += 1
+    uniform = uniform_split(m, total)
     if unseen.all():
         return uniform
     budgets = np.where(unseen, uniform, low).astype(np.int64)  # uniform >= low when feasible

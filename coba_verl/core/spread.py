@@ -54,3 +54,11 @@ def spread_weighted(
             # No cap bound, so only rounding is left (fewer than len(open_)): one each, in order.
             amount = spread_even(budgets, open_, amount, up)
     return amount
+
+
+def uniform_split(m: int, total: int) -> np.ndarray:
+    """total // M rollouts each, the remainder one by one to the first prompts: [3, 3, 2, 2] for (4, 10)."""
+    base, rem = divmod(int(total), int(m))
+    budgets = np.full(m, base, dtype=np.int64)
+    budgets[:rem] += 1
+    return budgets
