@@ -2,9 +2,10 @@
 
 Given each prompt's pass rate at its last appearance (NaN = no history) and n = total // M:
 
-1. Prompts without history get the uniform share (total // M, remainder to the first ones).
-   Prompts with p = 0 or p = 1 get ``low``. Prompts with 0 < p < 1 ("effective") start at ``low``
-   and compete in the knapsack.
+1. Prompts without history get n = total // M wherever they sit in the batch (Knapsack-RL's
+   uniform n; what a total that is not a multiple of M leaves over is shared by the rules below,
+   like the rest). Prompts with p = 0 or p = 1 get ``low``. Prompts with 0 < p < 1
+   ("effective") start at ``low`` and compete in the knapsack.
 2. With R the budget left: the knapsack can usefully absorb about
    est = sum_eff floor(min(up, ln(0.1) / ln(max(p, 1 - p)))) rollouts (N where the chance of an
    all-equal group drops to 10 %). If est < R, R - est goes evenly to the p = 0 prompts (or, if
@@ -17,7 +18,10 @@ Given each prompt's pass rate at its last appearance (NaN = no history) and n = 
 Differences from the released code, on purpose: a prompt counts as "with history" after one
 appearance (the release waits for 8 recorded rollouts); the DP's "no extra rollout" option is
 valued at V(low) (the release scores it 0, which pushes every prompt above ``low``); nothing
-exceeds ``up`` (what the caps refuse goes to any prompt with room, in batch order).
+exceeds ``up`` (what the caps refuse goes to any prompt with room, in batch order); a prompt
+without history is not a p = 0 prompt (the release keeps its rate at 0.0, so it shares the
+surplus meant for never-solved prompts); when every prompt is effective and R exceeds est, the
+knapsack takes all of R (the release divides by zero there and fails its own sum check).
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ def allocate_knapsack(last_p: np.ndarray, total: int, low: int, up: int, solver:
     uniform = uniform_split(m, total)
     if unseen.all():
         return uniform
-    budgets = np.where(unseen, uniform, low).astype(np.int64)  # uniform >= low when feasible
+    n = int(total) // m  # low <= n <= up when feasible; the remainder joins ``rest``
+    budgets = np.where(unseen, n, low).astype(np.int64)  # [NaN, 0.3, NaN] -> [n, low, n]
     effective = np.flatnonzero(~unseen & (p > 0) & (p < 1))
     zeros = np.flatnonzero(~unseen & (p == 0))
     rest = int(total) - int(budgets.sum())

@@ -11,7 +11,10 @@ very hard p < 0.05, very easy p > 0.99, band otherwise. With S = total - M * low
 
 Differences from the released code, on purpose: the proportional split uses the amount at the
 start of the bucket (the release divides a shrinking remainder, which favours the first prompts);
-an infeasible budget raises instead of falling back to uniform or dropping rollouts.
+what a cap refuses inside a bucket is split again by 1 - p over the bucket's prompts with room
+(the release hands it out once, evenly, then passes the rest to the next bucket); the weight is
+exactly 1 - p, so p = 1 gets no proportional share (the release clips p to 1 - 1e-6 first); an
+infeasible budget raises instead of falling back to uniform or dropping rollouts.
 """
 
 from __future__ import annotations
