@@ -2,9 +2,13 @@
 
 Examples::
 
-    coba-verl lab                                   # uniform vs knapsack vs coba, seed 0
-    coba-verl lab --runs uniform,coba,coba@0.5 --seeds 0,1,2 --steps 256
+    coba-verl lab                                   # the default scenario: uniform, knapsack, coba
+    coba-verl lab --scenario paper --seeds 0,1,2    # the paper's regime (see docs/lab.md)
+    coba-verl lab --runs uniform,coba,coba@0.5 --steps 64
     coba-verl lab --coba kappa=7 --coba window=1    # allocator knobs (CobaConfig fields)
+
+Every `LabConfig` field is a flag (``n_train`` -> ``--n-train``) whose help is the field's line of
+the `LabConfig` docstring; a flag left out takes the scenario's value.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 import warnings
@@ -19,11 +24,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from coba_verl.core.config import STRATEGIES, CobaConfig
+from coba_verl.core.config import CobaConfig
+from coba_verl.lab.config import DEFAULT_SCENARIO, SCENARIOS, LabConfig, parse_run_label
 
 __all__ = ["main", "build_parser"]
 
 logger = logging.getLogger("coba_verl.lab")
+
+_SPECIAL = ("scenario", "coba")  # flags written by hand below
 
 
 def _default_cache() -> Path:
@@ -31,126 +39,150 @@ def _default_cache() -> Path:
     return Path(base) / "coba_verl" / "lab"
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers, e.g. 0,1,2"
-        ) from None
-    if not out:
-        raise argparse.ArgumentTypeError(f"{text!r} names no integer; give e.g. 0,1,2")
+def _field_help() -> dict[str, str]:
+    """Field name -> its (joined) line from the ``Args:`` section of `LabConfig`'s docstring."""
+    args = (LabConfig.__doc__ or "").split("Args:", 1)[1]
+    out: dict[str, str] = {}
+    name = None
+    for line in args.splitlines():
+        m = re.match(r"^ {8}(\w+): (.*)$", line)
+        if m:
+            name, out[m[1]] = m[1], m[2]
+        elif name and line.strip():
+            out[name] += " " + line.strip()
     return out
 
 
-def _run_list(text: str) -> list[str]:
-    from coba_verl.lab.config import parse_run_label
-
-    out = [x.strip() for x in text.split(",") if x.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"{text!r} names no strategy; choose from {', '.join(STRATEGIES)}")
-    for label in out:
-        try:
-            parse_run_label(label)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    return out
+def _show(value: Any) -> str:
+    """A value as the user would type it: lists and dicts comma-separated, no Python brackets."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v:g}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
-def _positive(kind: type) -> Any:
+def _parser_for(name: str, default: Any) -> Any:
+    """The argparse ``type`` of a LabConfig field, from its default's type."""
+
     def parse(text: str) -> Any:
+        items = [x.strip() for x in text.split(",") if x.strip()]
         try:
-            value = kind(text)
+            if isinstance(default, dict):  # "2+1:1,3*2:0.5" (weight 1 when left out)
+                value: Any = {k: float(w or 1) for k, _, w in (x.partition(":") for x in items)}
+            elif isinstance(default, list) and default and isinstance(default[0], int):
+                value = [int(x) for x in items]
+            elif isinstance(default, list):
+                value = items
+            elif isinstance(default, bool):
+                value = text.lower() in ("1", "true", "yes")
+            else:
+                value = type(default)(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a valid {kind.__name__}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+            example = _show(default)
+            raise argparse.ArgumentTypeError(f"{text!r} is not a valid value; e.g. {example}") from None
+        if isinstance(value, (list, dict)) and not value:
+            raise argparse.ArgumentTypeError(f"{text!r} names nothing; e.g. {_show(default)}")
+        if name == "runs":
+            for label in value:
+                try:
+                    parse_run_label(label)
+                except ValueError as err:
+                    raise argparse.ArgumentTypeError(str(err)) from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = type(default).__name__
     return parse
 
 
 def _coba_item(text: str) -> tuple[str, Any]:
+    """``kappa=7`` -> ("kappa", 7.0), typed by the CobaConfig field's default."""
     known = {f.name: f for f in fields(CobaConfig) if f.name != "strategy"}
-    key, sep, raw = text.partition("=")
-    key = key.strip()
+    key, sep, raw = (x.strip() for x in text.partition("="))
     if not sep or key not in known:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not KEY=VALUE with KEY one of {', '.join(sorted(known))} (e.g. kappa=7)"
         )
-    raw = raw.strip()
-    value: Any
+    default = known[key].default
     if raw.lower() in ("null", "none"):
-        value = None
-    else:
-        try:
-            value = int(raw)
-        except ValueError:
-            try:
-                value = float(raw)
-            except ValueError:
-                value = raw
-    return key, value
+        return key, None
+    if isinstance(default, str):
+        return key, raw
+    try:
+        return key, int(raw) if isinstance(default, int) else float(raw)
+    except ValueError:
+        kind = "an integer" if isinstance(default, int) else "a number"
+        raise argparse.ArgumentTypeError(
+            f"--coba {key}={raw!r}: {key} must be {kind}, e.g. {key}={default}"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from coba_verl.lab.config import LabConfig
-
-    d = LabConfig()
+    presets = {name: LabConfig.from_scenario(name) for name in SCENARIOS}
+    base = presets[DEFAULT_SCENARIO]
     p = argparse.ArgumentParser(
         prog="coba-verl lab",
         description=(
             "CPU lab: warm-start a tiny Qwen2 on generated arithmetic, then train it with GRPO "
             "(veRL's advantage and policy loss) under several rollout-allocation strategies at "
-            "equal budget, and compare held-out accuracy."
+            "equal budget, and compare held-out accuracy. A flag left out takes the scenario's value."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
-        "--runs",
-        type=_run_list,
-        default=d.runs,
-        help=f"comma-separated strategies ({', '.join(STRATEGIES)}); 'coba@0.5' = half the rollouts per step",
+        "--scenario",
+        choices=list(SCENARIOS),
+        default=DEFAULT_SCENARIO,
+        help=f"named preset of every setting below (default {DEFAULT_SCENARIO}; see docs/lab.md)",
     )
-    p.add_argument("--seeds", type=_int_list, default=d.seeds, help="comma-separated seeds")
-    p.add_argument("--steps", type=_positive(int), default=d.steps, help="GRPO steps per run")
-    p.add_argument("--prompts-per-step", type=_positive(int), default=d.prompts_per_step, help="M")
-    p.add_argument(
-        "--rollouts-per-prompt", type=_positive(int), default=d.rollouts_per_prompt, help="n; budget M*n"
-    )
-    p.add_argument("--n-train", type=_positive(int), default=d.n_train, help="training prompts")
-    p.add_argument("--n-eval", type=_positive(int), default=d.n_eval, help="held-out prompts")
-    p.add_argument(
-        "--eval-every", type=_positive(int), default=d.eval_every, help="steps between evaluations"
-    )
-    p.add_argument("--eval-samples", type=_positive(int), default=d.eval_samples, help="k of avg@k")
-    p.add_argument("--lr", type=_positive(float), default=d.lr, help="GRPO learning rate")
-    p.add_argument(
-        "--mini-batch-size", type=int, default=d.mini_batch_size, help="rollouts per optimiser step, 0 = all"
-    )
-    p.add_argument("--warm-steps", type=int, default=d.warm_steps, help="most supervised warm-start steps")
-    p.add_argument(
-        "--warm-target",
-        type=float,
-        default=d.warm_target,
-        help="warm start stops at this probe accuracy (0 = off)",
-    )
+    helps = _field_help()
+    for f in fields(LabConfig):
+        if f.name in _SPECIAL:
+            continue
+        default = getattr(base, f.name)
+        values = {name: _show(getattr(cfg, f.name)) for name, cfg in presets.items()}
+        shown = (
+            values[DEFAULT_SCENARIO]
+            if len(set(values.values())) == 1
+            else "; ".join(f"{k}: {v}" for k, v in values.items())
+        )
+        text = f"{helps.get(f.name, '')} [default {shown}]".replace("%", "%%")
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=_parser_for(f.name, default),
+            default=None,
+            metavar=type(default).__name__.upper() if not isinstance(default, (list, dict)) else "A,B",
+            help=text,
+        )
     p.add_argument(
         "--coba",
         type=_coba_item,
         action="append",
-        default=[],
+        default=None,
         metavar="KEY=VALUE",
         help="allocator knob (a CobaConfig field), repeatable, e.g. --coba kappa=7",
     )
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads (0 = torch default)")
-    p.add_argument("--out", type=Path, default=None, help="run folder (default runs/lab-YYYYmmdd-HHMMSS)")
-    p.add_argument("--cache-dir", type=Path, default=_default_cache(), help="warm-start cache")
+    p.add_argument("--out", type=Path, default=None, help="run folder [default runs/lab-YYYYmmdd-HHMMSS]")
+    p.add_argument(
+        "--cache-dir", type=Path, default=_default_cache(), help="warm-start cache [default %(default)s]"
+    )
     p.add_argument("--no-cache", action="store_true", help="always recompute the warm start")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return p
+
+
+def config_from_args(args: argparse.Namespace) -> LabConfig:
+    """The scenario's `LabConfig` with every flag the user gave on top (ValueError when invalid)."""
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(LabConfig)
+        if f.name not in _SPECIAL and getattr(args, f.name, None) is not None
+    }
+    if args.coba is not None:
+        given["coba"] = {**SCENARIOS[args.scenario].get("coba", {}), **dict(args.coba)}
+    return LabConfig.from_scenario(args.scenario, **given)
 
 
 def _unique_dir(path: Path) -> Path:
@@ -163,7 +195,7 @@ def _unique_dir(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``), run the lab, print the summary table; returns the exit code
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the lab, print the summary; returns the exit code
     (0 finished, 130 interrupted, 2 bad arguments)."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -176,29 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
     import torch
 
-    from coba_verl.lab.config import LabConfig
     from coba_verl.lab.experiment import run_lab
 
     try:
-        cfg = LabConfig(
-            runs=args.runs,
-            seeds=args.seeds,
-            steps=args.steps,
-            prompts_per_step=args.prompts_per_step,
-            rollouts_per_prompt=args.rollouts_per_prompt,
-            n_train=args.n_train,
-            n_eval=args.n_eval,
-            eval_every=args.eval_every,
-            eval_samples=args.eval_samples,
-            lr=args.lr,
-            mini_batch_size=args.mini_batch_size,
-            warm_steps=args.warm_steps,
-            warm_target=args.warm_target,
-            coba=dict(args.coba),
-            threads=args.threads,
-        )
+        cfg = config_from_args(args)
     except ValueError as err:
         parser.error(str(err))
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {cfg.device}: torch sees no CUDA device here; use --device cpu.")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = args.out if args.out is not None else _unique_dir(Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S"))

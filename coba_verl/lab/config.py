@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from coba_verl.core.config import STRATEGIES, CobaConfig
+from coba_verl.lab.task import parse_levels
 
-__all__ = ["LabConfig", "RunSpec", "parse_run_label"]
+__all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
 _LABEL = re.compile(r"^(?P<strategy>[a-z_]+)(?:@(?P<scale>[0-9]*\.?[0-9]+))?$")
 
@@ -45,12 +46,18 @@ def parse_run_label(label: str) -> RunSpec:
 
 @dataclass
 class LabConfig:
-    """Configuration of a lab invocation (defaults finish in about 5 minutes on 2 CPU cores).
+    """Configuration of a lab invocation. The field defaults are the ``hard`` scenario; start from
+    a named scenario with `LabConfig.from_scenario` (see `SCENARIOS`).
 
     Args:
+        scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Strategy labels to train, each from the same warm start and prompt order
             (``strategy`` or ``strategy@scale``; scale multiplies the rollouts per step).
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
+        levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.
+            ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.lab.task`).
+        warm_levels: Levels the supervised warm start trains on (a subset of ``levels``); a level
+            left out starts near pass rate 0, a level in it near the warm-start target.
         n_train: Training prompts (stable ids 0..n_train-1, the allocator's keys).
         n_eval: Held-out evaluation prompts (disjoint from the training prompts).
         steps: GRPO steps per run.
@@ -63,8 +70,9 @@ class LabConfig:
             a few hundred rollouts is noisy: 1e-3 knocks the warm-started model down (held-out
             accuracy 0.22 -> 0.10 within 32 steps), 1e-4 improves it steadily.
         weight_decay: AdamW weight decay (veRL's actor default 0.01).
-        mini_batch_size: Rollouts per optimiser step; 0 = one step on all rollouts of the step
-            (exactly on-policy, the spec's "one policy update per step").
+        updates_per_step: Optimiser steps per GRPO step: the step's rollouts are split, in prompt
+            order, into this many mini-batches (veRL's ``ppo_mini_batch_size`` = the batch divided
+            by it). 1 = exactly on-policy; the paper's 7B runs use 2 (batch 256, mini-batch 128).
         clip_ratio_low: PPO clip epsilon below 1 (paper 0.2).
         clip_ratio_high: PPO clip epsilon above 1 (paper 0.28, "clip-higher").
         grad_clip: Gradient-norm clip (veRL's actor default 1.0).
@@ -77,13 +85,20 @@ class LabConfig:
         num_layers: Decoder layers.
         intermediate_size: SwiGLU width.
         coba: Allocator knobs (`CobaConfig` fields except ``strategy``, which each run sets).
+        device: torch device the model trains and samples on (``cpu``, ``cuda``, ``cuda:1``); the
+            task, allocator and statistics stay on the CPU.
         threads: torch intra-op threads (1 is fastest and steadiest for this model size on a
             shared machine; 0 = torch's default).
         snapshot_steps: How many steps to record (p_hat, B) pairs at, for the budget plot.
     """
 
+    scenario: str = "hard"
     runs: list[str] = field(default_factory=lambda: ["uniform", "knapsack", "coba"])
     seeds: list[int] = field(default_factory=lambda: [0])
+    levels: dict[str, float] = field(
+        default_factory=lambda: {"2+1": 1.0, "2-1": 1.0, "2+2": 1.0, "2*1": 1.0, "3*2": 1.0}
+    )
+    warm_levels: list[str] = field(default_factory=lambda: ["2+1", "2-1", "2+2", "2*1"])
     n_train: int = 2048
     n_eval: int = 512
     steps: int = 256
@@ -93,7 +108,7 @@ class LabConfig:
     eval_samples: int = 4
     lr: float = 1e-4
     weight_decay: float = 0.01
-    mini_batch_size: int = 0
+    updates_per_step: int = 1
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.28
     grad_clip: float = 1.0
@@ -105,6 +120,7 @@ class LabConfig:
     num_layers: int = 2
     intermediate_size: int = 256
     coba: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
     threads: int = 1
     snapshot_steps: int = 4
 
@@ -121,12 +137,12 @@ class LabConfig:
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
             "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
-            "snapshot_steps",
+            "snapshot_steps", "updates_per_step",
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
-        for name in ("warm_steps", "mini_batch_size", "threads"):
+        for name in ("warm_steps", "threads"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
         if self.prompts_per_step > self.n_train:
@@ -141,9 +157,19 @@ class LabConfig:
         for name in ("lr", "warm_lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive.")
+        parse_levels(self.levels)  # validates the names and weights
+        unknown = [lv for lv in self.warm_levels if lv not in self.levels]
+        if unknown:
+            raise ValueError(f"warm_levels {unknown} are not in levels {list(self.levels)}; list a subset.")
+        if not str(self.device).startswith(("cpu", "cuda", "mps")):
+            raise ValueError(f"device={self.device!r} is not a torch device; use cpu, cuda or cuda:N.")
         if "strategy" in self.coba:
             raise ValueError("coba.strategy is set per run; list strategies in runs instead.")
-        cfg = self.coba_config("uniform")  # validates the knobs
+        try:
+            cfg = self.coba_config("uniform")  # validates the knobs
+        except TypeError as err:
+            kinds = {k: type(v).__name__ for k, v in self.coba.items()}
+            raise ValueError(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
             total = self.budget(spec)
             low, up = cfg.min_rollouts * self.prompts_per_step, cfg.max_rollouts * self.prompts_per_step
@@ -153,6 +179,27 @@ class LabConfig:
                     f"M={self.prompts_per_step} prompts with min_rollouts={cfg.min_rollouts}, "
                     f"max_rollouts={cfg.max_rollouts}: need {low} <= total <= {up}."
                 )
+
+    @classmethod
+    def from_scenario(cls, name: str, **overrides: Any) -> LabConfig:
+        """The preset ``SCENARIOS[name]`` with ``overrides`` on top.
+
+        Raises:
+            ValueError: naming the scenario when it is unknown.
+        """
+        if name not in SCENARIOS:
+            raise ValueError(f"scenario {name!r} is unknown; choose one of {', '.join(SCENARIOS)}.")
+        return cls(**{**SCENARIOS[name], "scenario": name, **overrides})
+
+    @property
+    def level_table(self) -> tuple:
+        """``levels`` as `coba_verl.lab.task.Level` objects, in order."""
+        return parse_levels(self.levels)
+
+    @property
+    def warm_level_table(self) -> tuple:
+        """The warm start's levels, in order."""
+        return parse_levels({k: self.levels[k] for k in self.warm_levels})
 
     @property
     def run_specs(self) -> list[RunSpec]:
@@ -168,3 +215,14 @@ class LabConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    # The lab's first setting: half of the training set (the three-by-two-digit products) stays
+    # unsolvable, the batch failure rate never falls below 0.5, and halving the rollouts costs
+    # uniform little. An honest negative result for per-prompt allocation; see docs/lab.md.
+    "hard": {},
+}
+"""Named presets of `LabConfig` (``coba-verl lab --scenario NAME``); each maps fields to values."""
+
+DEFAULT_SCENARIO = "hard"

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from coba_verl.lab.config import LabConfig
 from coba_verl.lab.plots import write_plots
-from coba_verl.lab.report import format_table, summarise
+from coba_verl.lab.report import LEGEND, format_regime, format_table, regime, summarise
 from coba_verl.lab.runner import evaluate, new_model, prepare_seed, train_run
 
 __all__ = ["LabOutcome", "RunFolder", "run_lab", "read_metrics"]
@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 CSV_FIELDS = (
     "run", "strategy", "budget_scale", "seed", "step", "epoch", "rollouts", "total_budget", "train_acc",
     "batch_pass_rate", "zero_grad_share", "zero_grad_rollout_share", "all_pass_share", "all_fail_share",
-    "alpha", "beta", "alloc_strategy", "tau",
-    "budget_min", "budget_max", "budget_std", "unseen_prompts", "f_bar", "pg_loss", "pg_clipfrac", "ppo_kl",
+    "fail_rate", "fail_rate_avg3", "alpha", "beta", "alloc_strategy", "tau",
+    "budget_min", "budget_max", "budget_std", "unseen_prompts", "pg_loss", "pg_clipfrac", "ppo_kl",
     "grad_norm", "response_len", "gen_s", "update_s", "plugin_s", "step_s", "eval_acc",
 )  # fmt: skip
 
@@ -117,6 +117,7 @@ class LabOutcome:
 
     folder: Path
     summary: list[dict[str, Any]]
+    regime: list[dict[str, Any]]
     table: str
     status: str
     wall_s: float
@@ -159,16 +160,13 @@ def run_lab(
     warm_info: dict[str, Any] = {}
     status = "interrupted"
     specs = cfg.run_specs
-    bar = tqdm(
-        total=len(cfg.seeds) * len(specs) * cfg.steps, disable=not progress, unit="step", dynamic_ncols=True
-    )
+    bar = tqdm(disable=True)
     try:
-        for seed in cfg.seeds:
-            bar.set_description(f"warm start seed {seed}")
+        for i_seed, seed in enumerate(cfg.seeds):
             ctx = prepare_seed(cfg, seed, cache_dir=cache_dir)
             model = new_model(cfg, ctx.tok, seed)
             model.load_state_dict(ctx.warm_state)
-            model.eval()
+            model.to(cfg.device).eval()
             ev0 = evaluate(model, ctx, cfg.eval_samples)
             del model
             warm_info[str(seed)] = {
@@ -189,23 +187,23 @@ def run_lab(
                 warm_info[str(seed)]["eval_pass_rate_histogram"],
             )
             folder.add_row({"run": "warm_start", "seed": seed, "step": 0, "rollouts": 0, "eval_acc": ev0.acc})
+            # one bar per seed, started after the warm start so its rate counts GRPO steps only
+            bar = tqdm(total=len(specs) * cfg.steps, disable=not progress, unit="step", dynamic_ncols=True)
             for spec in specs:
-                bar.set_description(f"{spec.label} seed {seed}")
+                bar.set_description(f"seed {seed} ({i_seed + 1}/{len(cfg.seeds)}) {spec.label}")
                 last_acc = [ev0.acc]
 
-                def on_step(row: dict[str, Any], last_acc: list[float] = last_acc) -> None:
+                def on_step(row: dict[str, Any], last_acc: list[float] = last_acc, bar: Any = bar) -> None:
                     if not math.isnan(row["eval_acc"]):
                         last_acc[0] = row["eval_acc"]
                     bar.update(1)
-                    bar.set_postfix(
-                        acc=f"{last_acc[0]:.3f}",
-                        batch=f"{row['train_acc']:.2f}",
-                        α=f"{row['alpha']:.2f}",
-                        β=f"{row['beta']:.2f}",
-                        refresh=False,
-                    )
+                    shown = {"held_out": f"{last_acc[0]:.3f}", "F": f"{row['fail_rate_avg3']:.2f}"}
+                    if not math.isnan(row["alpha"]):
+                        shown.update(α=f"{row['alpha']:.2f}", β=f"{row['beta']:.2f}")
+                    bar.set_postfix(shown, refresh=False)
 
                 train_run(cfg, ctx, spec, folder.add_row, snapshot=folder.add_snapshot, on_step=on_step)
+            bar.close()
         status = "finished"
     except KeyboardInterrupt:
         logger.warning("interrupted: writing a partial run folder to %s", folder.path)
@@ -221,20 +219,25 @@ def run_lab(
             previous = None
         try:
             folder.close()
-            summary = summarise(folder.rows)
-            table = format_table(summary)
+            summary, reg = summarise(folder.rows), regime(folder.rows)
+            table = (
+                f"{format_table(summary)}\n\nRegime:\n\n{format_regime(reg)}\n\n{LEGEND}"
+                if summary
+                else "(no step ran)"
+            )
             wall = time.perf_counter() - start
             peak = _peak_rss_mb()
             (folder.path / "summary.txt").write_text(table + "\n")
             folder.write_json(
-                "summary.json", {"status": status, "wall_s": wall, "peak_rss_mb": peak, "runs": summary}
+                "summary.json",
+                {"status": status, "wall_s": wall, "peak_rss_mb": peak, "runs": summary, "regime": reg},
             )
             try:
-                write_plots(folder.rows, folder.snaps, folder.path / "plots")
+                write_plots(folder.rows, folder.snaps, folder.path / "plots", k=cfg.eval_samples)
             except Exception:  # the metrics are safe on disk; a plotting bug must not hide them
                 logger.exception("plotting failed; metrics and summary are in %s", folder.path)
             folder.write_config(cfg, status, {"env": env, "wall_s": wall, "peak_rss_mb": peak})
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-    return LabOutcome(folder.path, summary, table, status, wall, peak)
+    return LabOutcome(folder.path, summary, reg, table, status, wall, peak)

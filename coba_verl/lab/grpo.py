@@ -74,9 +74,12 @@ def make_actor_config(
 
 def outcome_rewards(scores: np.ndarray, response_mask: torch.Tensor) -> torch.Tensor:
     """Put each rollout's score on its last response token, as veRL's reward manager does: (R, T)."""
-    rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
+    device = response_mask.device
+    rewards = torch.zeros(response_mask.shape, dtype=torch.float32, device=device)
     last = response_mask.sum(-1).clamp(min=1) - 1  # (R,) index of the last valid token
-    rewards[torch.arange(len(scores)), last] = torch.as_tensor(scores, dtype=torch.float32)
+    rewards[torch.arange(len(scores), device=device), last] = torch.as_tensor(
+        scores, dtype=torch.float32, device=device
+    )
     return rewards
 
 

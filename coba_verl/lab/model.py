@@ -71,6 +71,8 @@ def sample(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one continuation per row at ``temperature`` (0 = greedy), reusing the KV cache.
 
+    Runs on the device of ``input_ids`` (the model's); ``generator`` must live there too.
+
     Args:
         input_ids: (R, P) left-padded prompts.
         attention_mask: (R, P), 0 on padding.
@@ -79,7 +81,7 @@ def sample(
         response_ids: (R, T) sampled tokens, ``pad_id`` after ``<eos>``; T <= max_new_tokens.
         response_mask: (R, T) int64, 1 up to and including ``<eos>``.
     """
-    r = input_ids.shape[0]
+    r, device = input_ids.shape[0], input_ids.device
     cache = DynamicCache()
     mask = attention_mask
     pos = _positions(mask)
@@ -87,7 +89,7 @@ def sample(
         input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
     )
     last_pos = pos[:, -1:]
-    done = torch.zeros(r, dtype=torch.bool)
+    done = torch.zeros(r, dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     alive: list[torch.Tensor] = []
     for t in range(max_new_tokens):
@@ -103,7 +105,7 @@ def sample(
         done = done | (nxt == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype)], dim=1)
+        mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype, device=device)], dim=1)
         last_pos = last_pos + 1
         out = model(
             input_ids=nxt[:, None],

@@ -1,16 +1,19 @@
 """PNG plots of a lab run folder (matplotlib, Agg backend; nothing is shown on screen).
 
-accuracy_vs_rollouts.png   held-out avg@k vs training rollouts spent, mean ± std over seeds
-budget_vs_pass_rate.png    B_i against p_hat_i at a few steps, per strategy (cf. paper Fig. 4)
-alpha.png                  alpha_t and beta_t of the capability Beta over training (spec §3)
-zero_grad.png              share of groups (and of rollouts) with no GRPO signal
-overview.png               the four panels together
+accuracy_vs_rollouts.png   held-out avg@k vs training rollouts (mean over seeds), and each run's
+                           paired difference to uniform with its 95 % t-interval over seeds
+regime.png                 which phase the allocator was in: F̄ over steps, α_t over steps,
+                           uniform@0.5 vs uniform, training pass-rate histogram first vs last epoch
+budget_vs_pass_rate.png    B_i against p̂_i at a few steps, per strategy (cf. paper Fig. 4); the
+                           marker area counts the prompts on one point
+zero_grad.png              share of groups, and of rollouts, with no GRPO signal
+overview.png               paired difference, wasted rollouts, F̄ and α_t, budgets at the last step
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -21,143 +24,162 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
+from coba_verl.lab.report import t_interval  # noqa: E402
+from coba_verl.lab.runner import PASS_BINS  # noqa: E402
+
 __all__ = ["PLOT_FILES", "write_plots"]
 
 PLOT_FILES = (
     "accuracy_vs_rollouts.png",
+    "regime.png",
     "budget_vs_pass_rate.png",
-    "alpha.png",
     "zero_grad.png",
     "overview.png",
 )
 
 
-def _colors(labels: list[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10")
-    return {lb: cmap(i % 10) for i, lb in enumerate(labels)}
-
-
-def _labels(rows: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    for r in rows:
-        if r["step"] > 0 and r["run"] not in out:
-            out.append(r["run"])
-    return out
-
-
-def _series(rows: list[dict[str, Any]], label: str, key: str) -> dict[int, list[tuple[float, float]]]:
-    """seed -> [(step, value)] for one run label."""
-    out: dict[int, list[tuple[float, float]]] = defaultdict(list)
+def _per_step(rows: list[dict[str, Any]], label: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, mean over seeds of ``key``) of one run label, over the steps every seed reached."""
+    by_seed: dict[int, dict[int, float]] = defaultdict(dict)
     for r in rows:
         if r["run"] == label and r["step"] > 0:
-            out[r["seed"]].append((r["step"], float(r[key])))
-    return out
-
-
-def _smooth(y: np.ndarray, w: int) -> np.ndarray:
-    if y.size < 2 or w <= 1:
-        return y
-    w = min(w, y.size)
-    c = np.cumsum(np.r_[0.0, y])
-    out = np.empty_like(y)
-    for i in range(y.size):
-        lo = max(0, i - w + 1)
-        out[i] = (c[i + 1] - c[lo]) / (i + 1 - lo)
-    return out
+            by_seed[r["seed"]][r["step"]] = float(r[key])
+    if not by_seed:
+        return np.zeros(0), np.zeros(0)
+    steps = sorted(set.intersection(*(set(d) for d in by_seed.values())))
+    return np.asarray(steps), np.asarray([np.mean([d[s] for d in by_seed.values()]) for s in steps])
 
 
 def _eval_curves(rows: list[dict[str, Any]], label: str) -> dict[int, dict[int, float]]:
-    """seed -> {rollouts: held-out accuracy} of one run label, including the warm start at 0."""
+    """seed -> {step: held-out accuracy} of one run label, with the warm start at step 0."""
     start = {r["seed"]: r["eval_acc"] for r in rows if r["step"] == 0}
     per_seed: dict[int, dict[int, float]] = defaultdict(dict)
     for r in rows:
         if r["run"] == label and r["step"] > 0 and not math.isnan(r["eval_acc"]):
-            per_seed[r["seed"]][r["rollouts"]] = r["eval_acc"]
+            per_seed[r["seed"]][r["step"]] = r["eval_acc"]
     for s in per_seed:
         if s in start:
             per_seed[s][0] = start[s]
     return per_seed
 
 
-def plot_accuracy(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any]) -> None:
-    n = 0  # seeds behind the curves; none when every run was interrupted before its first evaluation
+def _budget(rows: list[dict[str, Any]], label: str) -> int:
+    return next(r["total_budget"] for r in rows if r["run"] == label and r["step"] > 0)
+
+
+def plot_accuracy(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any], k: int) -> None:
+    n = 0
     for label, color in colors.items():
         per_seed = _eval_curves(rows, label)
         if not per_seed:
             continue
-        xs = sorted(set.intersection(*(set(d) for d in per_seed.values())))
-        ys = np.array([[d[x] for x in xs] for d in per_seed.values()])  # (seeds, points)
+        steps = sorted(set.intersection(*(set(d) for d in per_seed.values())))
+        ys = np.array([[d[x] for x in steps] for d in per_seed.values()])  # (seeds, points)
         n = ys.shape[0]
-        ax.plot(xs, ys.mean(0), "-o", ms=3, color=color, label=label)
+        ax.plot(np.asarray(steps) * _budget(rows, label), ys.mean(0), "-o", ms=3, color=color, label=label)
     ax.set_xlabel("training rollouts spent")
-    ax.set_ylabel("held-out accuracy (avg@k, T=1)")
-    ax.set_title("Held-out accuracy vs rollouts" + (f" (mean of {n} seeds)" if colors and n > 1 else ""))
+    ax.set_ylabel(f"held-out accuracy (avg@{k}, T=1)")
+    ax.set_title("Held-out accuracy vs rollouts" + (f" (mean of {n} seeds)" if n > 1 else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
 
 def plot_paired_gain(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any], reference: str) -> bool:
-    """Accuracy minus the reference run's at the same step and seed (the runs share warm start,
-    prompts and evaluation noise, so this difference is far less noisy than either curve)."""
+    """Accuracy minus the reference's at the same step and seed, mean and 95 % t-interval over seeds."""
     ref = _eval_curves(rows, reference)
-    ref_budget = next((r["total_budget"] for r in rows if r["run"] == reference and r["step"] > 0), None)
-    if not ref or ref_budget is None:
+    if not ref:
         return False
     for label, color in colors.items():
         if label == reference:
             continue
-        cur = _eval_curves(rows, label)
-        budget = next((r["total_budget"] for r in rows if r["run"] == label and r["step"] > 0), ref_budget)
         diffs: dict[int, list[float]] = defaultdict(list)
-        for s, pts in cur.items():
-            for x, acc in pts.items():
-                x_ref = x // budget * ref_budget  # same step of the reference run
-                if s in ref and x_ref in ref[s]:
-                    diffs[x].append(acc - ref[s][x_ref])
-        xs = sorted(diffs)
-        if not xs:
+        for s, pts in _eval_curves(rows, label).items():
+            for step, acc in pts.items():
+                if s in ref and step in ref[s]:
+                    diffs[step].append(acc - ref[s][step])
+        steps = sorted(diffs)
+        if not steps:
             continue
-        mean = np.array([np.mean(diffs[x]) for x in xs])
-        ax.plot(xs, mean, "-o", ms=3, color=color, label=label)
-        if min(len(diffs[x]) for x in xs) > 1:
-            sd = np.array([np.std(diffs[x], ddof=1) for x in xs])
-            ax.fill_between(xs, mean - sd, mean + sd, color=color, alpha=0.15)
+        x = np.asarray(steps) * _budget(rows, label)
+        mean, half = np.array([t_interval(diffs[st]) for st in steps]).T
+        ax.plot(x, mean, "-o", ms=3, color=color, label=label)
+        if not np.isnan(half).all():
+            ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.15)
     ax.axhline(0.0, color=colors.get(reference, "k"), lw=1, ls="--", label=reference)
     ax.set_xlabel("training rollouts spent")
     ax.set_ylabel(f"accuracy minus {reference}'s at the same step")
-    ax.set_title(f"Paired difference to {reference} (mean ± std over seeds)")
+    ax.set_title(f"Paired difference to {reference} (band: 95 % interval over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return True
 
 
-def plot_alpha(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any]) -> None:
+def plot_fail_rate(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any]) -> None:
     for label, color in colors.items():
-        if label.split("@")[0] in ("uniform", "knapsack", "static"):
-            continue  # alpha_t does not drive these strategies
-        for i, (_, pts) in enumerate(sorted(_series(rows, label, "alpha").items())):
-            x, a = np.array(pts).T
-            _, b = np.array(sorted(_series(rows, label, "beta").items())[i][1]).T
-            ax.plot(x, _smooth(a, 10), color=color, lw=1.2, label=f"{label} α" if i == 0 else None)
-            ax.plot(x, _smooth(b, 10), color=color, lw=1.0, ls="--", label=f"{label} β" if i == 0 else None)
+        x, y = _per_step(rows, label, "fail_rate_avg3")
+        ax.plot(x, y, color=color, lw=1.2, label=label)
+    ax.axhline(0.5, color="k", lw=0.8, ls=":")
+    ax.text(
+        0.01,
+        0.51,
+        "F̄ = 0.5: CoBA exploit above, explore below",
+        transform=ax.get_yaxis_transform(),
+        fontsize=7,
+    )
     ax.set_xlabel("step")
-    ax.set_ylabel("Beta shape (10-step mean)")
-    ax.set_title("α_t (solid), β_t (dashed): exploit → explore")
+    ax.set_ylabel("F̄ (batch failure rate, 3-step mean)")
+    ax.set_title("Capability: prompt-averaged failure rate")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_alpha(ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any]) -> None:
+    """α_t and β_t that drove each step of the runs that allocate with a Beta (NaN steps skipped)."""
+    for label, color in colors.items():
+        x, a = _per_step(rows, label, "alpha")
+        keep = ~np.isnan(a)
+        if not keep.any():
+            continue  # uniform, knapsack: no Beta
+        _, b = _per_step(rows, label, "beta")
+        ax.plot(x[keep], a[keep], color=color, lw=1.2, label=f"{label} α")
+        ax.plot(x[keep], b[keep], color=color, lw=1.0, ls="--", label=f"{label} β")
+    ax.set_xlabel("step")
+    ax.set_ylabel("Beta shape")
+    ax.set_title("α_t (solid), β_t (dashed); α > β: exploit (easy prompts)")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no run allocates with a Beta", ha="center", va="center", transform=ax.transAxes)
+
+
+def plot_histograms(ax: Axes, rows: list[dict[str, Any]], label: str) -> None:
+    """Training pass-rate histogram of ``label``'s batches in the first and in the last epoch."""
+    rs = [r for r in rows if r["run"] == label and r["step"] > 0 and r.get("pass_hist") is not None]
+    if not rs:
+        ax.set_axis_off()
+        return
+    last = max(r["epoch"] for r in rs)
+    x = np.arange(len(PASS_BINS))
+    for i, (epoch, name) in enumerate([(1, "epoch 1"), (last, f"epoch {last} (last)")]):
+        counts = np.sum([r["pass_hist"] for r in rs if r["epoch"] == epoch], axis=0)
+        ax.bar(x + (i - 0.5) * 0.4, counts / max(1, counts.sum()), width=0.4, label=name)
+    ax.set_xticks(x, PASS_BINS, fontsize=8)
+    ax.set_xlabel("per-prompt pass rate in its training batch")
+    ax.set_ylabel("share of prompts")
+    ax.set_title(f"Training pass rates, {label}")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
 
 
 def plot_zero_grad(
     ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any], key: str, title: str
 ) -> None:
     for label, color in colors.items():
-        ys = [np.array(pts)[:, 1] for _, pts in sorted(_series(rows, label, key).items())]
-        if not ys:
-            continue
-        n = min(len(y) for y in ys)
-        y = np.mean([y[:n] for y in ys], axis=0)
-        ax.plot(np.arange(1, n + 1), _smooth(y, 10), color=color, label=label)
+        x, y = _per_step(rows, label, key)
+        w = min(10, max(1, y.size))
+        ax.plot(x[w - 1 :], np.convolve(y, np.ones(w) / w, mode="valid"), color=color, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("share (10-step mean)")
     ax.set_title(title)
@@ -167,6 +189,7 @@ def plot_zero_grad(
 
 
 def plot_budgets(axes: list[Axes], snaps: list[dict[str, Any]], colors: dict[str, Any]) -> None:
+    """B_i against p̂_i; many prompts share a point (p̂ takes few values), so area ∝ their count."""
     seed0 = min((s["seed"] for s in snaps), default=0)
     steps = sorted({s["step"] for s in snaps if s["seed"] == seed0})
     for ax, step in zip(axes, steps, strict=False):
@@ -174,14 +197,17 @@ def plot_budgets(axes: list[Axes], snaps: list[dict[str, Any]], colors: dict[str
         for s in snaps:
             if s["seed"] != seed0 or s["step"] != step:
                 continue
-            p = np.asarray(s["pass_rates"], dtype=np.float64)
-            b = np.asarray(s["budgets"], dtype=np.float64)
-            seen = ~np.isnan(p)
-            ax.scatter(p[seen], b[seen], s=12, alpha=0.7, color=colors.get(s["run"], "k"), label=s["run"])
-            plotted = plotted or bool(seen.any())
+            pts = Counter(
+                (p, b) for p, b in zip(s["pass_rates"], s["budgets"], strict=True) if p is not None and p == p
+            )
+            if not pts:
+                continue
+            (p, b), n = zip(*pts, strict=True), np.asarray(list(pts.values()))
+            ax.scatter(p, b, s=10 * n, alpha=0.5, color=colors.get(s["run"], "k"), label=s["run"])
+            plotted = True
         ax.set_title(f"step {step}")
         ax.set_xlabel("p̂ (windowed pass rate)")
-        ax.set_xlim(-0.03, 1.03)
+        ax.set_xlim(-0.05, 1.05)
         if plotted:
             ax.set_yscale("log", base=2)
         else:
@@ -190,16 +216,20 @@ def plot_budgets(axes: list[Axes], snaps: list[dict[str, Any]], colors: dict[str
     if axes:
         axes[0].set_ylabel("rollouts given B_i")
         if axes[0].get_legend_handles_labels()[0]:
-            axes[0].legend(fontsize=7)
+            axes[0].legend(fontsize=7, markerscale=0.5)
 
 
-def write_plots(rows: list[dict[str, Any]], snaps: list[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """Write every plot of the folder; returns the paths written (empty when no step ran)."""
-    labels = _labels(rows)
+def write_plots(
+    rows: list[dict[str, Any]], snaps: list[dict[str, Any]], out_dir: Path, *, k: int
+) -> list[Path]:
+    """Write every plot of the folder (``k``: samples per held-out prompt); returns the paths written."""
+    labels = list(dict.fromkeys(r["run"] for r in rows if r["step"] > 0))
     if not labels:
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
-    colors = _colors(labels)
+    cmap = plt.get_cmap("tab10")
+    colors = {lb: cmap(i % 10) for i, lb in enumerate(labels)}
+    reference = "uniform" if "uniform" in labels else labels[0]
     written: list[Path] = []
 
     def save(fig: plt.Figure, name: str) -> None:
@@ -208,24 +238,28 @@ def write_plots(rows: list[dict[str, Any]], snaps: list[dict[str, Any]], out_dir
         plt.close(fig)
         written.append(out_dir / name)
 
-    reference = "uniform" if "uniform" in labels else labels[0]
     fig, axs = plt.subplots(1, 2, figsize=(12, 4.4))
-    plot_accuracy(axs[0], rows, colors)
+    plot_accuracy(axs[0], rows, colors, k)
     if not plot_paired_gain(axs[1], rows, colors, reference):
         axs[1].set_axis_off()
     save(fig, "accuracy_vs_rollouts.png")
 
-    n_snap = max(
-        1, len({s["step"] for s in snaps if s["seed"] == min((t["seed"] for t in snaps), default=0)})
-    )
+    fig, axs = plt.subplots(2, 2, figsize=(12, 8.5))
+    plot_fail_rate(axs[0, 0], rows, colors)
+    plot_alpha(axs[0, 1], rows, colors)
+    pair = {lb: colors[lb] for lb in (reference, f"{reference}@0.5") if lb in colors}
+    plot_accuracy(axs[1, 0], rows, pair, k)
+    axs[1, 0].set_title(f"Rollout-limited? {' vs '.join(pair)}")
+    plot_histograms(axs[1, 1], rows, reference)
+    fig.suptitle("Regime: which phase was the allocator in?")
+    save(fig, "regime.png")
+
+    seed0 = min((t["seed"] for t in snaps), default=0)
+    n_snap = max(1, len({s["step"] for s in snaps if s["seed"] == seed0}))
     fig, axs = plt.subplots(1, n_snap, figsize=(3.4 * n_snap, 3.4), sharey=True, squeeze=False)
     plot_budgets(list(axs[0]), snaps, colors)
-    fig.suptitle("Budget given vs pass rate (first seed)")
+    fig.suptitle("Budget given vs pass rate (first seed; marker area ∝ prompts on the point)")
     save(fig, "budget_vs_pass_rate.png")
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    plot_alpha(ax, rows, colors)
-    save(fig, "alpha.png")
 
     fig, axs = plt.subplots(1, 2, figsize=(11, 4.0))
     plot_zero_grad(axs[0], rows, colors, "zero_grad_share", "Groups with zero GRPO gradient")
@@ -234,11 +268,11 @@ def write_plots(rows: list[dict[str, Any]], snaps: list[dict[str, Any]], out_dir
 
     fig, axs = plt.subplots(2, 2, figsize=(12, 8.5))
     if len(labels) < 2 or not plot_paired_gain(axs[0, 0], rows, colors, reference):
-        plot_accuracy(axs[0, 0], rows, colors)
+        plot_accuracy(axs[0, 0], rows, colors, k)
     plot_zero_grad(axs[0, 1], rows, colors, "zero_grad_rollout_share", "Rollouts in zero-gradient groups")
-    plot_alpha(axs[1, 0], rows, colors)
+    plot_fail_rate(axs[1, 0], rows, colors)
     last = [s for s in snaps if s["step"] == max((t["step"] for t in snaps), default=0)]
     plot_budgets([axs[1, 1]], last, colors)
-    axs[1, 1].set_ylabel("rollouts given B_i")
+    axs[1, 1].set_title(axs[1, 1].get_title() + " (area ∝ prompts)")
     save(fig, "overview.png")
     return written

@@ -38,11 +38,14 @@ from coba_verl.core import BudgetAllocator
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
 from coba_verl.lab.model import ModelSpec, build_model, sample
-from coba_verl.lab.task import LEVELS, Split, make_splits, score_batch
+from coba_verl.lab.task import Level, Split, make_splits, score_batch
 from coba_verl.lab.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.lab.warmstart import warm_start
 
-__all__ = ["SeedContext", "EvalResult", "build_context", "prepare_seed", "evaluate", "train_run", "StepSink"]
+__all__ = [
+    "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
+    "StepSink",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class SeedContext:
     tok: Tokenizer
     train: Split
     eval: Split
+    levels: tuple[Level, ...]
     train_ids: torch.Tensor  # (N_train, P) left-padded "<bos>prompt"
     train_mask: torch.Tensor
     eval_ids: torch.Tensor  # (N_eval, P)
@@ -127,7 +131,9 @@ def _cache_key(cfg: LabConfig, seed: int) -> str:
         {
             "code": _source_digest(),
             "seed": seed,
-            "levels": [lv.__dict__ for lv in LEVELS],
+            "levels": cfg.levels,
+            "warm_levels": cfg.warm_levels,
+            "device": str(cfg.device),
             "n": [cfg.n_train, cfg.n_eval],
             "model": _model_spec(cfg).__dict__,
             "warm": [cfg.warm_steps, cfg.warm_target, cfg.warm_batch_size, cfg.warm_lr],
@@ -157,6 +163,7 @@ def build_context(
     longest = max(len(a) for a in train.answers + held_out.answers)
     return SeedContext(
         seed=seed,
+        levels=cfg.level_table,
         tok=tok,
         train=train,
         eval=held_out,
@@ -175,7 +182,7 @@ def build_context(
 def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedContext:
     """Generate the splits and the warm-started weights of ``seed`` (cached by config hash)."""
     tok = build_tokenizer()
-    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval)
+    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval, levels=cfg.level_table)
     cache = cache_dir / f"warm-{_cache_key(cfg, seed)}.pt" if cache_dir is not None else None
     start = time.perf_counter()
     if cache is not None and cache.exists():
@@ -184,7 +191,7 @@ def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedCo
         cached = True
         logger.info("seed %d: warm start loaded from %s", seed, cache)
     else:
-        model = new_model(cfg, tok, seed)
+        model = new_model(cfg, tok, seed).to(cfg.device)
         exclude = frozenset(train.prompts) | frozenset(held_out.prompts)
         logger.info(
             "seed %d: supervised warm start (at most %d steps of %d problems)",
@@ -194,10 +201,10 @@ def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedCo
         )
         result = warm_start(
             model, tok, max_steps=cfg.warm_steps, batch_size=cfg.warm_batch_size, lr=cfg.warm_lr, seed=seed,
-            target=cfg.warm_target, exclude=exclude,
+            target=cfg.warm_target, exclude=exclude, levels=cfg.warm_level_table,
         )  # fmt: skip
         info = {"steps": result.steps, "reached_target": result.reached_target, "probe_acc": result.probe_acc}
-        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         cached = False
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -217,10 +224,18 @@ def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return ids[:, first:], mask[:, first:]
 
 
+def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
+    """A generator on the model's device (sampling draws its random numbers there)."""
+    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+
+
 def _generate(
     model: Qwen2ForCausalLM, ctx: SeedContext, ids: torch.Tensor, mask: torch.Tensor, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one completion per row; every returned tensor is on the model's device."""
+    device = next(model.parameters()).device
     ids, mask = _trim(ids, mask)
+    ids, mask = ids.to(device), mask.to(device)
     resp, rmask = sample(
         model,
         ids,
@@ -236,7 +251,7 @@ def _generate(
 
 def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
     """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
-    gen = torch.Generator().manual_seed(1_000_003 * (ctx.seed + 1))
+    gen = _generator(model, 1_000_003 * (ctx.seed + 1))
     n = len(ctx.eval)
     rows = np.tile(np.arange(n), k)  # (n*k,) [0..n-1, 0..n-1, ...]
     succ = np.zeros(n, dtype=np.float64)
@@ -248,7 +263,7 @@ def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 
     rates = succ / k
     per_level = {
         lv.name: float(rates[ctx.eval.levels == i].mean())
-        for i, lv in enumerate(LEVELS)
+        for i, lv in enumerate(ctx.levels)
         if np.any(ctx.eval.levels == i)
     }
     return EvalResult(acc=float(rates.mean()), per_level=per_level, pass_rates=rates)
@@ -266,8 +281,15 @@ def snapshot_steps(cfg: LabConfig) -> set[int]:
     return {int(round(x)) for x in np.linspace(first, cfg.steps, cfg.snapshot_steps)}
 
 
-def _nan_if_none(x: Any) -> float:
-    return float("nan") if x is None else float(x)
+PASS_BINS = ("0", "(0,.25)", "[.25,.5)", "[.5,.75)", "[.75,1)", "1")
+"""Names of the per-prompt pass-rate bins of ``pass_hist`` (counts of the step's prompts)."""
+
+
+def pass_histogram(rates: np.ndarray) -> list[int]:
+    """Counts of ``rates`` (M,) in `PASS_BINS`: exactly 0, four quarters of (0, 1), exactly 1."""
+    inner = rates[(rates > 0) & (rates < 1)]
+    quarters = np.bincount(np.minimum((inner * 4).astype(np.int64), 3), minlength=4)
+    return [int(np.sum(rates == 0)), *map(int, quarters), int(np.sum(rates == 1))]
 
 
 def train_run(
@@ -287,30 +309,29 @@ def train_run(
     torch.manual_seed(ctx.seed)
     model = new_model(cfg, ctx.tok, ctx.seed)
     model.load_state_dict(ctx.warm_state)
-    model.eval()
+    model.to(cfg.device).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     allocator = BudgetAllocator(cfg.coba_config(spec.strategy), num_prompts=len(ctx.train))
     total = cfg.budget(spec)
     actor = make_actor_config(
         rollout_n=cfg.rollouts_per_prompt,
-        mini_batch_size=cfg.mini_batch_size or total,
+        mini_batch_size=-(-total // cfg.updates_per_step),  # ceil: exactly updates_per_step mini-batches
         clip_ratio_low=cfg.clip_ratio_low,
         clip_ratio_high=cfg.clip_ratio_high,
     )
-    gen = torch.Generator().manual_seed(7919 * (ctx.seed + 1))
+    gen = _generator(model, 7919 * (ctx.seed + 1))
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
     base = {"run": spec.label, "strategy": spec.strategy, "budget_scale": spec.budget_scale, "seed": ctx.seed}
     rollouts = 0
+    fails: list[float] = []  # F_t of every step so far
     row: dict[str, Any] = {}
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
         ids = ctx.order[step - 1]  # (M,)
-        alpha, beta = allocator.tracker.shape(reverse=spec.strategy == "reverse")  # drives this step
-        ta = time.perf_counter()
         res = allocator.allocate(ids, total)
-        t_alloc = time.perf_counter() - ta
+        t_alloc = time.perf_counter() - t0
         budgets = res.budgets  # (M,) int64, sum == total
         rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
         rollout_ids = ids[rows]  # (R,)
@@ -319,15 +340,15 @@ def train_run(
         )
         texts = decode_responses(ctx.tok, resp, rmask)
         scores = score_batch(texts, [ctx.train.answers[i] for i in rollout_ids])  # (R,)
-        t_gen = time.perf_counter() - ta - t_alloc
+        t_gen = time.perf_counter() - t0 - t_alloc
         t1 = time.perf_counter()
         allocator.observe(rollout_ids, scores)
-        step_stats = allocator.end_step()
+        allocator.end_step()
         t_plugin = t_alloc + time.perf_counter() - t1
         zero, groups = zero_gradient_groups(scores, rows)
-        in_zero = np.zeros(m, dtype=bool)
-        per_prompt = np.bincount(rows, weights=scores, minlength=m) / budgets
-        in_zero[(per_prompt == 0) | (per_prompt == 1)] = True
+        per_prompt = np.bincount(rows, weights=scores, minlength=m) / budgets  # (M,) this step's pass rates
+        in_zero = (per_prompt == 0) | (per_prompt == 1)  # (M,) groups without GRPO signal
+        fails.append(1.0 - float(per_prompt.mean()))
         t2 = time.perf_counter()
         upd = grpo_update(
             model,
@@ -346,19 +367,21 @@ def train_run(
             "total_budget": total,
             "train_acc": float(scores.mean()),
             "batch_pass_rate": float(per_prompt.mean()),
+            "fail_rate": fails[-1],
+            "fail_rate_avg3": float(np.mean(fails[-3:])),
             "zero_grad_share": zero / groups,
             "zero_grad_rollout_share": float(budgets[in_zero].sum() / budgets.sum()),
             "all_pass_share": float(np.mean(per_prompt == 1)),
             "all_fail_share": float(np.mean(per_prompt == 0)),
-            "alpha": alpha,
-            "beta": beta,
+            "pass_hist": pass_histogram(per_prompt),
+            "alpha": res.alpha,  # the Beta that shaped this step's budgets; NaN if none did
+            "beta": res.beta,
             "alloc_strategy": res.strategy,
-            "tau": _nan_if_none(res.tau),
+            "tau": res.tau,
             "budget_min": int(budgets.min()),
             "budget_max": int(budgets.max()),
             "budget_std": float(budgets.std()),
             "unseen_prompts": int(np.isnan(res.pass_rates).sum()),
-            "f_bar": float(step_stats.get("coba/F_bar", float("nan"))),
             "pg_loss": upd.get("actor/pg_loss", float("nan")),
             "pg_clipfrac": upd.get("actor/pg_clipfrac", float("nan")),
             "ppo_kl": upd.get("actor/ppo_kl", float("nan")),

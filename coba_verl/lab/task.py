@@ -20,12 +20,15 @@ seed; no evaluation prompt appears in the training set.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LEVELS", "Level", "Split", "make_splits", "sample_problems", "verify", "score_batch"]
+__all__ = [
+    "LEVELS", "Level", "Split", "make_splits", "parse_levels", "sample_problems", "verify", "score_batch",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,27 @@ LEVELS: tuple[Level, ...] = (
 )
 
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
+_LEVEL_NAME = re.compile(r"^([1-9])([+*-])([1-9])$")
+
+
+def parse_levels(weights: Mapping[str, float]) -> tuple[Level, ...]:
+    """``{"2+1": 1.0, "3*2": 0.5}`` -> (Level("+", 2, 1, 1.0), Level("*", 3, 2, 0.5)), in that order.
+
+    Raises:
+        ValueError: naming the entry when a name is not ``<digits><op><digits>`` or a weight is not
+            positive.
+    """
+    if not weights:
+        raise ValueError("levels is empty; name at least one, e.g. {'2+1': 1.0}.")
+    out = []
+    for name, w in weights.items():
+        m = _LEVEL_NAME.match(str(name))
+        if m is None:
+            raise ValueError(f"level {name!r} is not <digits><op><digits> with op in +-*, e.g. '2*1'.")
+        if not isinstance(w, (int, float)) or not w > 0:
+            raise ValueError(f"level {name!r} has weight {w!r}; weights must be positive numbers.")
+        out.append(Level(m[2], int(m[1]), int(m[3]), float(w)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,11 @@ def warm_start(
     """
     rng = np.random.default_rng([seed, 0x5F7])
     probe_p, probe_a = _fresh(rng, probe_size, levels, exclude)
-    probe_ids, probe_mask = encode_prompts(tok, probe_p)
+    device = next(model.parameters()).device
+    probe_ids, probe_mask = (t.to(device) for t in encode_prompts(tok, probe_p))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
-    probe_gen = torch.Generator().manual_seed(seed + 17)
+    probe_gen = torch.Generator(device=device).manual_seed(seed + 17)
     longest = max(len(a) for a in probe_a) + 1
     losses: list[float] = []
     probes: list[tuple[int, float]] = []
@@ -116,8 +117,8 @@ def warm_start(
     reached = False
     while step < max_steps:
         prompts, answers = _fresh(rng, batch_size, levels, exclude)
-        p_ids, p_mask = encode_prompts(tok, prompts)
-        a_ids, a_mask = encode_answers(tok, answers)
+        p_ids, p_mask = (t.to(device) for t in encode_prompts(tok, prompts))
+        a_ids, a_mask = (t.to(device) for t in encode_answers(tok, answers))
         lp = response_logprobs(model, p_ids, p_mask, a_ids, a_mask)  # (N, T)
         loss = -(lp * a_mask).sum() / a_mask.sum()
         opt.zero_grad(set_to_none=True)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
+from coba_verl.lab import runner
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import (
     RolloutBatch,
@@ -16,7 +17,7 @@ from coba_verl.lab.grpo import (
     zero_gradient_groups,
 )
 from coba_verl.lab.model import response_logprobs
-from coba_verl.lab.runner import build_context, new_model, train_run
+from coba_verl.lab.runner import PASS_BINS, build_context, new_model, pass_histogram, train_run
 from coba_verl.lab.task import Split
 from coba_verl.lab.tokenizer import build_tokenizer, encode_prompts
 from coba_verl.lab.warmstart import encode_answers
@@ -133,7 +134,7 @@ def test_zero_learning_rate_leaves_reward_flat() -> None:
     assert np.mean([r["train_acc"] for r in rows[-5:]]) < 0.3
 
 
-@pytest.mark.parametrize("strategy", ["coba", "coba_release", "knapsack"])
+@pytest.mark.parametrize("strategy", ["coba", "coba_release", "knapsack", "static"])
 def test_allocating_strategies_move_budget_once_pass_rates_exist_and_spend_it_exactly(strategy: str) -> None:
     cfg = LabConfig(
         **TINY, runs=[strategy], n_train=10, n_eval=10, steps=12, prompts_per_step=5, rollouts_per_prompt=8,
@@ -146,3 +147,80 @@ def test_allocating_strategies_move_budget_once_pass_rates_exist_and_spend_it_ex
     assert all(r["budget_max"] == r["budget_min"] == 8 for r in rows if r["epoch"] == 1)  # no history yet
     assert any(r["budget_max"] > r["budget_min"] for r in rows if r["epoch"] >= 2)
     assert snaps and all(sum(s["budgets"]) == 40 and min(s["budgets"]) >= 2 for s in snaps)
+
+
+@pytest.mark.parametrize(("strategy", "uses_beta"), [("uniform", False), ("knapsack", False), ("coba", True)])
+def test_alpha_is_logged_only_when_a_beta_shaped_the_budgets(strategy: str, uses_beta: bool) -> None:
+    cfg = LabConfig(
+        **TINY, runs=[strategy], n_train=10, n_eval=10, steps=6, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=6, eval_samples=1,
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec(strategy), rows.append)
+    assert all(np.isnan(r["alpha"]) and np.isnan(r["beta"]) for r in rows if r["epoch"] == 1)  # cold start
+    later = [r for r in rows if r["epoch"] >= 2]
+    if uses_beta:
+        assert all(r["alpha"] + r["beta"] == pytest.approx(11.0) for r in later)  # kappa
+    else:
+        assert all(np.isnan(r["alpha"]) for r in later)
+
+
+def test_static_strategy_logs_its_fixed_beta() -> None:
+    cfg = LabConfig(
+        **TINY, runs=["static"], n_train=10, n_eval=10, steps=4, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=4, eval_samples=1, coba={"static_alpha": 3.0, "static_beta": 5.0},
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec("static"), rows.append)
+    assert [(r["alpha"], r["beta"]) for r in rows if r["epoch"] == 2] == [(3.0, 5.0)] * 2
+
+
+def test_fail_rate_and_pass_histogram_describe_the_batch() -> None:
+    cfg = LabConfig(
+        **TINY, runs=["uniform"], n_train=10, n_eval=10, steps=4, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=4, eval_samples=1,
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec("uniform"), rows.append)
+    for i, r in enumerate(rows):
+        assert r["fail_rate"] == pytest.approx(1 - r["batch_pass_rate"])
+        assert r["fail_rate_avg3"] == pytest.approx(
+            np.mean([x["fail_rate"] for x in rows[max(0, i - 2) : i + 1]])
+        )
+        assert sum(r["pass_hist"]) == 5
+        assert r["pass_hist"][0] / 5 == pytest.approx(r["all_fail_share"])
+
+
+def test_pass_histogram_bins_zero_quarters_and_one() -> None:
+    rates = np.array([0.0, 0.1, 0.25, 0.5, 0.74, 0.99, 1.0, 1.0])
+    assert pass_histogram(rates) == [1, 1, 1, 2, 1, 2]
+    assert len(PASS_BINS) == 6
+
+
+def test_training_runs_on_the_configured_device() -> None:
+    """``device`` reaches the model and the sampler (CPU here; the same path runs on ``cuda``)."""
+    cfg = LabConfig(
+        **TINY, runs=["coba"], n_train=10, n_eval=10, steps=2, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=2, eval_samples=1, device="cpu",
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec("coba"), rows.append)
+    assert rows[-1]["rollouts"] == 40
+
+
+def test_updates_per_step_sets_the_number_of_optimiser_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real = runner.grpo_update
+
+    def spy(model, opt, batch, actor, **kw):
+        seen.append(-(-len(batch.scores) // actor.ppo_mini_batch_size))
+        return real(model, opt, batch, actor, **kw)
+
+    monkeypatch.setattr(runner, "grpo_update", spy)
+    cfg = LabConfig(
+        **TINY, runs=["uniform@0.5"], n_train=10, n_eval=10, steps=2, prompts_per_step=5,
+        rollouts_per_prompt=8,
+        eval_every=2, eval_samples=1, updates_per_step=2,
+    )  # fmt: skip
+    train_run(cfg, _constant_task_context(cfg), RunSpec("uniform", 0.5), lambda r: None)
+    assert seen == [2, 2]

@@ -12,7 +12,7 @@ import yaml
 
 import coba_verl.lab.experiment as experiment
 from coba_verl.lab.cli import main
-from coba_verl.lab.config import LabConfig, parse_run_label
+from coba_verl.lab.config import SCENARIOS, LabConfig, parse_run_label
 from coba_verl.lab.experiment import read_metrics, run_lab
 from coba_verl.lab.plots import PLOT_FILES
 
@@ -81,7 +81,8 @@ def test_same_seed_reproduces_every_metric_except_timings(lab_run, tmp_path: Pat
     ]
     assert len(again) == len(first)
     for a, b in zip(again, first, strict=True):
-        keys = set(a) - TIMING
+        assert a.get("pass_hist") == b.get("pass_hist")
+        keys = set(a) - TIMING - {"pass_hist"}
         assert {k: a[k] for k in keys} == pytest.approx({k: b[k] for k in keys}, nan_ok=True)
 
 
@@ -95,7 +96,7 @@ def test_warm_start_cache_gives_the_same_weights(tmp_path: Path) -> None:
     rows_a, rows_b = read_metrics(a.folder), read_metrics(b.folder)
     assert len(rows_a) == len(rows_b)
     for x, y in zip(rows_a, rows_b, strict=True):
-        keys = set(x) - TIMING
+        keys = set(x) - TIMING - {"pass_hist"}
         assert {k: x[k] for k in keys} == pytest.approx({k: y[k] for k in keys}, nan_ok=True)
 
 
@@ -127,10 +128,16 @@ def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: p
     [
         (["--runs", "uniform,bogus"], "'bogus' is unknown"),
         (["--runs", "coba@1.5"], "must lie in (0, 1]"),
-        (["--seeds", "0,x"], "'0,x' is not a comma-separated list of integers"),
-        (["--steps", "0"], "'0' must be positive"),
+        (["--seeds", "0,x"], "'0,x' is not a valid value"),
+        (["--steps", "0"], "steps=0 must be a positive integer"),
+        (["--steps", "x"], "'x' is not a valid value"),
         (["--coba", "kapa=7"], "'kapa=7' is not KEY=VALUE"),
-        (["--coba", "kappa=1"], "coba.kappa=1 must be > 2"),
+        (["--coba", "kappa=abc"], "kappa must be a number"),
+        (["--scenario", "nope"], "invalid choice: 'nope'"),
+        (["--levels", "2/1"], "level '2/1' is not <digits><op><digits>"),
+        (["--warm-levels", "3*3"], "warm_levels ['3*3'] are not in levels"),
+        (["--device", "tpu"], "device='tpu' is not a torch device"),
+        (["--coba", "kappa=1"], "coba.kappa=1.0 must be > 2"),
         (["--rollouts-per-prompt", "1"], "total=32 rollouts per step, infeasible"),
         (["--runs", "coba,coba"], "repeats a strategy"),
     ],
@@ -149,6 +156,38 @@ def test_command_line_run_prints_the_summary_table(tmp_path: Path, capsys) -> No
     argv = [*argv.split(), "--out", str(tmp_path / "cli")]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "final acc" in out and "uniform" in out and "coba" in out
+    assert "final acc" in out and "Δ final vs uniform" in out and "F̄ start" in out and "coba" in out
+    assert "[" not in out.split("\n")[2]  # one seed: no interval
     assert (tmp_path / "cli" / "summary.txt").exists()
     np.testing.assert_equal(json.loads((tmp_path / "cli" / "config.json").read_text())["status"], "finished")
+
+
+def test_help_shows_defaults_as_typed_values_not_python_lists(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[default uniform,knapsack,coba]" in text
+    assert "['" not in text and "{'" not in text
+
+
+def test_device_cuda_without_a_gpu_stops_before_any_work(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", "cuda"])
+    assert exc.value.code == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_scenario_flags_override_the_preset_and_the_preset_fills_the_rest() -> None:
+    from coba_verl.lab.cli import build_parser, config_from_args
+
+    for name in SCENARIOS:
+        args = build_parser().parse_args(["--scenario", name, "--steps", "7", "--coba", "kappa=7"])
+        cfg = config_from_args(args)
+        preset = LabConfig.from_scenario(name)
+        assert cfg.scenario == name and cfg.steps == 7 and cfg.coba == {**preset.coba, "kappa": 7.0}
+        assert (cfg.n_train, cfg.levels, cfg.lr) == (preset.n_train, preset.levels, preset.lr)
+    with pytest.raises(ValueError, match="scenario 'x' is unknown"):
+        LabConfig.from_scenario("x")
