@@ -1,6 +1,6 @@
 """coba-verl: CoBA-RL per-prompt rollout budgets for GRPO, as a veRL plugin.
 
-The core (`coba_verl.core`) is plain numpy/scipy; the veRL glue lives in `coba_verl.verl_plugin`
+The core (`coba_verl.core`) is plain numpy; the veRL glue lives in `coba_verl.verl_plugin`
 and is imported only by the trainer entry point.
 """
 
@@ -11,7 +11,6 @@ from coba_verl.core import (
     CobaConfig,
     CobaValue,
     KnapsackValue,
-    UniformValue,
 )
 from coba_verl.core.api import allocate
 
@@ -24,7 +23,6 @@ __all__ = [
     "CobaConfig",
     "CobaValue",
     "KnapsackValue",
-    "UniformValue",
     "allocate",
     "__version__",
 ]

@@ -1,14 +1,14 @@
-"""Core CoBA-RL maths: tracker, value functions, exact optimisers. Imports numpy and scipy only."""
+"""Core CoBA-RL maths: tracker, value functions, exact optimisers. Imports numpy only."""
 
 from coba_verl.core.allocator import Allocation, BudgetAllocator, uniform_split
-from coba_verl.core.capability import adaptive_tau, beta_shape, psi
+from coba_verl.core.capability import adaptive_tau, beta_shape, capability_shape, psi
 from coba_verl.core.config import CobaConfig
-from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains, QuadraticGains
+from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release
 from coba_verl.core.solvers import check_budget, objective, solve, solve_dp, solve_heap, solve_threshold
 from coba_verl.core.tracker import CapabilityTracker, scores_to_successes
-from coba_verl.core.values import CobaValue, KnapsackValue, UniformValue, beta_density, saturation
+from coba_verl.core.values import CobaValue, KnapsackValue, beta_density, check_pass_rates, saturation
 
 __all__ = [
     "Allocation",
@@ -20,14 +20,14 @@ __all__ = [
     "GeometricGains",
     "KnapsackGains",
     "KnapsackValue",
-    "QuadraticGains",
-    "UniformValue",
     "adaptive_tau",
     "allocate_knapsack",
     "allocate_release",
     "beta_density",
     "beta_shape",
+    "capability_shape",
     "check_budget",
+    "check_pass_rates",
     "objective",
     "psi",
     "saturation",

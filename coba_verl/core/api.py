@@ -2,42 +2,60 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from coba_verl.core.allocator import allocate_from_rates
-from coba_verl.core.capability import beta_shape, initial_beta_shape, psi
-from coba_verl.core.config import CobaConfig
+from coba_verl.core.capability import capability_shape
+from coba_verl.core.config import CobaConfig, check_int, check_shape
+from coba_verl.core.values import check_pass_rates
+
+#: Strategies that derive their Beta shape from the pass rates unless alpha and beta fix it.
+_DERIVED_SHAPE = ("coba", "coba_release", "reverse")
+
+
+class _AllocateConfig(CobaConfig):
+    """`CobaConfig` whose messages name `allocate`'s arguments, not the ``coba.*`` keys."""
+
+    _caller_depth = 4  # and allocate() itself
+
+    def _name(self, field: str) -> str:
+        return {"static_alpha": "alpha", "static_beta": "beta"}.get(field, field)
 
 
 def allocate(
     pass_rates: Any,
     total_budget: int,
-    min_rollouts: int = 2,
-    max_rollouts: int = 128,
+    min_rollouts: int = CobaConfig.min_rollouts,
+    max_rollouts: int = CobaConfig.max_rollouts,
     *,
-    strategy: str = "coba",
+    strategy: str = CobaConfig.strategy,
     alpha: float | None = None,
     beta: float | None = None,
-    kappa: float = 11.0,
-    tau: float | None = None,
-    solver: str = "fast",
+    kappa: float = CobaConfig.kappa,
+    tau: float | None = CobaConfig.tau,
+    solver: str = CobaConfig.solver,
 ) -> np.ndarray:
     """Rollouts per prompt maximising sum_i V(B_i, p_i) s.t. sum B_i = total_budget, bounds (Spec §5).
+
+    Defaults and checks are `CobaConfig`'s, so this call follows the rules a trainer does.
 
     Args:
         pass_rates: (M,) recent pass rate of each prompt in [0, 1]; NaN marks a prompt without
             history (it is valued at 0.5, and an all-NaN batch is split uniformly, spec §2).
         total_budget: rollouts to hand out, e.g. M * 16.
-        min_rollouts: B_low (>= 2 for GRPO).
+        min_rollouts: B_low; at least 2, since a GRPO group of one has no baseline.
         max_rollouts: B_up.
         strategy: ``coba`` | ``coba_release`` | ``knapsack`` | ``uniform`` | ``static`` | ``reverse``
-            (see `CobaConfig`).
-        alpha, beta: Beta shape. ``None`` for coba/coba_release/reverse derives it as a trainer
-            would after one step whose prompts had these pass rates: F = 1 - mean(p), then
-            alpha = clip(1 + (kappa - 2) Psi(F), 1, kappa - 1), beta = kappa - alpha (spec §3).
-            For ``static`` they default to `CobaConfig`'s static shape.
+            (see `CobaConfig`). ``uniform`` gives total_budget // M each and one more to each of
+            the first total_budget % M prompts.
+        alpha, beta: A fixed Beta shape, both or neither, each >= 1. ``None`` for
+            coba/coba_release/reverse derives it as a trainer would after one step whose prompts
+            had these pass rates: F = 1 - mean(p), then alpha = clip(1 + (kappa - 2) Psi(F), 1,
+            kappa - 1), beta = kappa - alpha (spec §3); for ``static`` it is `CobaConfig`'s static
+            shape. ``knapsack`` and ``uniform`` use no Beta.
         kappa: alpha + beta when the shape is derived.
         tau: saturation temperature; ``None`` is the adaptive rule (spec §4).
         solver: ``fast`` | ``heap`` | ``dp``: all exact, ``fast`` is quickest.
@@ -46,35 +64,50 @@ def allocate(
         (M,) int64 budgets, summing to ``total_budget``, within [min_rollouts, max_rollouts].
 
     Raises:
-        ValueError: infeasible budget, empty batch, pass rates outside [0, 1], unknown strategy.
+        ValueError: infeasible budget, empty batch, pass rates outside [0, 1], unknown strategy or
+            solver, min_rollouts < 2, alpha without beta (or beta without alpha), a knob out of
+            range; each message names the argument as passed here.
+        TypeError: an argument of the wrong type, e.g. ``total_budget="40"``.
+
+    Warns:
+        UserWarning: an argument that cannot change this strategy's budgets (e.g. ``alpha`` and
+            ``beta`` with ``knapsack``, ``kappa`` once alpha and beta are fixed), naming it.
 
     Examples:
         >>> import numpy as np
         >>> allocate(np.array([0.0, 0.2, 0.5, 0.9, 1.0]), total_budget=40, max_rollouts=16).tolist()
         [2, 16, 16, 4, 2]
+        >>> allocate(np.array([0.0, 0.2, 0.5, 0.9, 1.0]), 41, strategy="uniform").tolist()
+        [9, 8, 8, 8, 8]
     """
-    p = np.asarray(pass_rates, dtype=np.float64)
-    if p.ndim != 1:
-        raise ValueError(f"pass_rates must be one-dimensional, got shape {p.shape}.")
-    known = p[~np.isnan(p)]
-    if np.any((known < 0) | (known > 1)) or np.any(np.isinf(p)):
-        bad = p[np.isinf(p) | (p < 0) | (p > 1)][0]
-        raise ValueError(f"pass rate {bad} is outside [0, 1].")
-    static = {} if alpha is None or beta is None else {"static_alpha": alpha, "static_beta": beta}
-    config = CobaConfig(
+    p = check_pass_rates(pass_rates, "pass_rates", unseen=True)
+    total = check_int("total_budget", total_budget)
+    if (alpha is None) != (beta is None):
+        given, value, missing = ("alpha", alpha, "beta") if beta is None else ("beta", beta, "alpha")
+        raise ValueError(
+            f"{given}={value!r} was given without {missing}: pass both to fix the Beta shape, or "
+            "neither to derive it from the pass rates."
+        )
+    fixed = alpha is not None
+    if fixed:
+        alpha, beta = check_shape(alpha, beta)
+    config = _AllocateConfig(
         strategy=strategy,
         min_rollouts=min_rollouts,
         max_rollouts=max_rollouts,
         kappa=kappa,
         tau=tau,
         solver=solver,
-        **static,
+        **({"static_alpha": alpha, "static_beta": beta} if fixed and strategy == "static" else {}),
     )
-    if alpha is not None and beta is not None:
-        shape = (float(alpha), float(beta))
-    elif known.size:
-        fail = 1.0 - float(known.mean())
-        shape = beta_shape(psi(1.0 - fail if strategy == "reverse" else fail), kappa)
-    else:
-        shape = initial_beta_shape(kappa)
-    return allocate_from_rates(p, total_budget, config, shape=shape).budgets
+    ignored = None
+    if fixed and strategy not in (*_DERIVED_SHAPE, "static"):
+        ignored = f"alpha={alpha}, beta={beta} do not change the budgets of strategy={strategy!r}; they are"
+    elif fixed and strategy in _DERIVED_SHAPE and config.kappa != CobaConfig.kappa:
+        ignored = f"kappa={config.kappa} does not change the budgets once alpha and beta are given; it is"
+    if ignored:
+        warnings.warn(f"{ignored} ignored.", UserWarning, stacklevel=2)
+    known = p[~np.isnan(p)]
+    f_bar = 1.0 - float(known.mean()) if known.size else float("nan")
+    shape = (alpha, beta) if fixed else capability_shape(f_bar, config.kappa, reverse=strategy == "reverse")
+    return allocate_from_rates(p, total, config, shape=shape).budgets

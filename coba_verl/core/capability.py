@@ -5,6 +5,8 @@ One function per equation, named with the spec's symbols.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: Var of Uniform(0, 1) rounded as the release does; the adaptive tau saturates there (spec §4).
@@ -43,6 +45,18 @@ def beta_shape(f_tilde: float, kappa: float) -> tuple[float, float]:
 def initial_beta_shape(kappa: float) -> tuple[float, float]:
     """(alpha, beta) = (kappa - 2, 2) before the first tracker update (spec §3)."""
     return float(kappa) - 2.0, 2.0
+
+
+def capability_shape(f_bar: float, kappa: float, *, reverse: bool = False) -> tuple[float, float]:
+    """(alpha_t, beta_t) from the averaged failure rate: `beta_shape` of Psi(F_bar) (spec §3).
+
+    F_bar = NaN (no step observed yet) gives the initial shape (kappa - 2, 2). ``reverse`` drives
+    alpha by the success rate 1 - F_bar instead (the paper's reverse-schedule ablation). The
+    tracker and `coba_verl.allocate` both take their shape from here.
+    """
+    if math.isnan(f_bar):
+        return initial_beta_shape(kappa)
+    return beta_shape(psi(1.0 - f_bar if reverse else f_bar), kappa)
 
 
 def adaptive_tau(p_clipped: np.ndarray) -> float:

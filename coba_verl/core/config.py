@@ -1,21 +1,85 @@
 """`CobaConfig`: every knob of the allocator, with its one default (spec tags in brackets).
 
 The veRL config group ``coba`` (``coba_verl/config/coba/default.yaml``) mirrors these fields
-key for key; a test keeps the two from drifting. Nothing here imports veRL.
+key for key; a test keeps the two from drifting. `coba_verl.allocate`, `BudgetAllocator`, the veRL
+trainer and the lab all build a `CobaConfig`, so the rules below hold for every one of them. Nothing
+here imports veRL, or anything beyond the standard library.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
 SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
+
+#: B_low can be no lower: under GRPO a group of one rollout has no baseline, so its advantage would
+#: be its raw score.
+GRPO_MIN_ROLLOUTS = 2
+
+_COBA_VALUE = ("tau", "solver", "unseen_pass_rate", "p_clip_low", "p_clip_high")
+#: Knobs (besides the bounds) that change each strategy's budgets. A knob set away from its default
+#: under a strategy that does not read it is reported with a `UserWarning`, never silently dropped.
+READS: dict[str, tuple[str, ...]] = {
+    "coba": ("kappa", *_COBA_VALUE),
+    "coba_release": ("kappa", *_COBA_VALUE),
+    "reverse": ("kappa", *_COBA_VALUE),
+    "static": ("static_alpha", "static_beta", *_COBA_VALUE),
+    "knapsack": ("solver",),
+    "uniform": (),
+}
+_STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
+
+
+def _shown(value: Any) -> str:
+    """``'40' (str)``: the repr and the type, so that a string never reads as a number."""
+    return f"{value!r} ({type(value).__name__})"
+
+
+def check_int(name: str, value: Any) -> int:
+    """``value`` as an int. TypeError for a non-number (a bool, a str), ValueError for 2.5 or NaN.
+
+    >>> check_int("total", "40")
+    Traceback (most recent call last):
+    ...
+    TypeError: total='40' (str) must be an integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={_shown(value)} must be an integer.")
+    if not (math.isfinite(value) and value == int(value)):
+        raise ValueError(f"{name}={_shown(value)} must be an integer.")
+    return int(value)
+
+
+def check_real(name: str, value: Any) -> float:
+    """``value`` as a float; TypeError naming it for a non-number (a bool, a str)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={_shown(value)} must be a number.")
+    return float(value)
+
+
+def check_shape(alpha: Any, beta: Any, names: tuple[str, str] = ("alpha", "beta")) -> tuple[float, float]:
+    """A Beta shape (alpha, beta) with both >= 1, so that BetaPdf is bounded on (0, 1) (spec §3)."""
+    a, b = check_real(names[0], alpha), check_real(names[1], beta)
+    if not (a >= 1.0 and b >= 1.0):
+        raise ValueError(
+            f"{names[0]}={alpha!r}, {names[1]}={beta!r} must both be >= 1 (a Beta density bounded on (0, 1))."
+        )
+    return a, b
 
 
 @dataclass
 class CobaConfig:
     """Configuration of CoBA-RL budget allocation (spec ``shared/spec/COBA_RL.md``).
+
+    Each field has its one default here; `coba_verl.allocate`, `CapabilityTracker` and `CobaValue`
+    take theirs from this class. A knob set away from its default under a strategy whose budgets
+    it cannot change (see `READS`, e.g. ``kappa`` under ``knapsack``) is reported with a
+    `UserWarning` naming it.
 
     Args:
         strategy: How per-prompt budgets B_i are chosen.
@@ -24,12 +88,15 @@ class CobaConfig:
             ``coba_release``: the same value, wrapped in the authors' release buckets and fallback
             (spec §6) [release].
             ``knapsack``: Knapsack-RL's value and allocation rules (spec §9), the main baseline.
-            ``uniform``: every prompt gets total / M rollouts: stock GRPO.
+            ``uniform``: every prompt gets total // M rollouts, and the first total % M prompts
+            of the batch one more: stock GRPO.
             ``static``: CoBA with a fixed Beta(static_alpha, static_beta) (paper ablation, §8).
             ``reverse``: CoBA with alpha driven by the success rate instead of the failure rate
             (explore first, exploit later; paper ablation, §3).
-        min_rollouts: B_low, the fewest rollouts a prompt gets. Must be >= 2 under GRPO, where a
-            group of one has no baseline [paper: 2].
+        min_rollouts: B_low, the fewest rollouts a prompt gets [paper: 2]. Must be >= 2: under
+            GRPO a group of one has no baseline. This is the one check of that rule for
+            `allocate`, `BudgetAllocator`, the veRL trainer and the lab; only the bare optimisers
+            of `coba_verl.core.solvers` accept B_low = 1.
         max_rollouts: B_up, the most rollouts a prompt gets [paper: 128].
         kappa: kappa = alpha_t + beta_t, the concentration of the Beta density; alpha_t lies in
             [1, kappa - 1] (spec §3) [paper: 11; the release's class default is 7]. Must be > 2.
@@ -42,7 +109,7 @@ class CobaConfig:
         solver: Exact optimiser for the paper's Algorithm 1 objective (spec §5). ``fast``:
             threshold on the marginal gain (production default); ``heap``: textbook heap, the
             readable reference; ``dp``: exact dynamic programme (slow; for checking).
-            Ignored by ``uniform`` and ``knapsack`` (which use their own rules).
+            ``knapsack`` uses it for its knapsack step; ``uniform`` ignores it.
         success_value: A rollout counts as a success iff its score equals this value (spec §2).
             Works for 0/1 and DAPO's -1/+1 scorers alike.
         unseen_pass_rate: Pass rate used for a prompt without history when other prompts of the
@@ -53,6 +120,12 @@ class CobaConfig:
         static_alpha: alpha of the ``static`` strategy's fixed Beta [ablation; default: the
             explore end of the schedule, Beta(2, kappa - 2) at kappa = 11].
         static_beta: beta of the ``static`` strategy's fixed Beta.
+
+    Raises:
+        ValueError: an unknown strategy or solver; a knob outside its range (the message names
+            it, its value and the rule).
+        TypeError: a knob of the wrong type, e.g. ``min_rollouts="2"`` (the message shows its repr
+            and type).
     """
 
     strategy: str = "coba"
@@ -69,39 +142,66 @@ class CobaConfig:
     static_alpha: float = 2.0
     static_beta: float = 9.0
 
+    #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
+    #: 3 the line that built the config.
+    _caller_depth: ClassVar[int] = 3
+
     def __post_init__(self) -> None:
+        name = self._name
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"coba.strategy={self.strategy!r} is unknown; choose one of {STRATEGIES}.")
+            raise ValueError(f"{name('strategy')}={self.strategy!r} is unknown; choose one of {STRATEGIES}.")
         if self.solver not in SOLVERS:
-            raise ValueError(f"coba.solver={self.solver!r} is unknown; choose one of {SOLVERS}.")
-        if int(self.min_rollouts) != self.min_rollouts or self.min_rollouts < 1:
-            raise ValueError(f"coba.min_rollouts={self.min_rollouts} must be an integer >= 1.")
-        if int(self.max_rollouts) != self.max_rollouts or self.max_rollouts < self.min_rollouts:
+            raise ValueError(f"{name('solver')}={self.solver!r} is unknown; choose one of {SOLVERS}.")
+        low, up = name("min_rollouts"), name("max_rollouts")
+        self.min_rollouts = check_int(low, self.min_rollouts)
+        if self.min_rollouts < GRPO_MIN_ROLLOUTS:
             raise ValueError(
-                f"coba.max_rollouts={self.max_rollouts} must be an integer >= "
-                f"coba.min_rollouts={self.min_rollouts}."
+                f"{low}={self.min_rollouts} is below {GRPO_MIN_ROLLOUTS}: under GRPO a group of one "
+                f"rollout has no baseline, so its advantage would be its raw score. Set {low} to "
+                f"{GRPO_MIN_ROLLOUTS} or more."
             )
-        self.min_rollouts = int(self.min_rollouts)
-        self.max_rollouts = int(self.max_rollouts)
+        self.max_rollouts = check_int(up, self.max_rollouts)
+        if self.max_rollouts < self.min_rollouts:
+            raise ValueError(f"{up}={self.max_rollouts} must be an integer >= {low}={self.min_rollouts}.")
+        self.kappa = check_real(name("kappa"), self.kappa)
         if not self.kappa > 2:
-            raise ValueError(f"coba.kappa={self.kappa} must be > 2 so that alpha, beta >= 1 fit in it.")
-        if int(self.window) != self.window or self.window < 1:
-            raise ValueError(f"coba.window={self.window} must be an integer >= 1.")
-        self.window = int(self.window)
-        if self.tau is not None and not self.tau > 0:
-            raise ValueError(f"coba.tau={self.tau} must be positive, or null for the adaptive rule.")
+            raise ValueError(f"{name('kappa')}={self.kappa} must be > 2 so that alpha, beta >= 1 fit in it.")
+        self.window = check_int(name("window"), self.window)
+        if self.window < 1:
+            raise ValueError(f"{name('window')}={self.window} must be an integer >= 1.")
+        if self.tau is not None:
+            self.tau = check_real(name("tau"), self.tau)
+            if not self.tau > 0:
+                raise ValueError(
+                    f"{name('tau')}={self.tau} must be positive, or null/None for the adaptive rule."
+                )
+        self.success_value = check_real(name("success_value"), self.success_value)
+        self.unseen_pass_rate = check_real(name("unseen_pass_rate"), self.unseen_pass_rate)
+        if not 0.0 <= self.unseen_pass_rate <= 1.0:
+            raise ValueError(f"{name('unseen_pass_rate')}={self.unseen_pass_rate} must lie in [0, 1].")
+        self.p_clip_low = check_real(name("p_clip_low"), self.p_clip_low)
+        self.p_clip_high = check_real(name("p_clip_high"), self.p_clip_high)
         if not 0.0 < self.p_clip_low < self.p_clip_high < 1.0:
             raise ValueError(
-                f"coba.p_clip_low={self.p_clip_low}, coba.p_clip_high={self.p_clip_high} "
+                f"{name('p_clip_low')}={self.p_clip_low}, {name('p_clip_high')}={self.p_clip_high} "
                 "must satisfy 0 < low < high < 1."
             )
-        if not 0.0 <= self.unseen_pass_rate <= 1.0:
-            raise ValueError(f"coba.unseen_pass_rate={self.unseen_pass_rate} must lie in [0, 1].")
-        if not (self.static_alpha >= 1.0 and self.static_beta >= 1.0):
-            raise ValueError(
-                f"coba.static_alpha={self.static_alpha}, coba.static_beta={self.static_beta} "
-                "must both be >= 1 (a Beta density bounded on (0, 1))."
-            )
+        self.static_alpha, self.static_beta = check_shape(
+            self.static_alpha, self.static_beta, (name("static_alpha"), name("static_beta"))
+        )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _STRATEGY_KNOBS and f.name not in READS[self.strategy] and value != f.default:
+                warnings.warn(
+                    f"{name(f.name)}={value!r} does not change the budgets of strategy={self.strategy!r}; "
+                    "it is ignored.",
+                    UserWarning,
+                    stacklevel=self._caller_depth,
+                )
+
+    def _name(self, field: str) -> str:
+        """How messages name a field: ``coba.<field>``, the key a veRL or yaml user sets."""
+        return f"coba.{field}"
 
     @classmethod
     def from_mapping(cls, mapping: dict[str, Any]) -> CobaConfig:
@@ -111,6 +211,3 @@ class CobaConfig:
         if unknown:
             raise ValueError(f"Unknown coba config keys {unknown}; valid keys are {sorted(known)}.")
         return cls(**dict(mapping))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -2,7 +2,10 @@
 
 Every optimiser works on a `GainModel`: M concave curves (gains non-increasing in B), evaluated
 vectorised. The heap also needs one gain at a time (`gain_one`), computed from the same
-per-prompt constants in plain Python so that it never calls scipy per pop.
+per-prompt constants in plain Python so that it never calls numpy per pop. The two can differ in
+the last bit (``math.exp`` and ``np.exp`` round differently), so two gains that tie to within
+rounding may be ordered differently by the heap and by the vectorised solvers: same objective,
+possibly another of the tied optima (see `coba_verl.core.solvers`).
 
 Notation: M prompts; b is an (M,) int array of per-prompt budgets unless stated otherwise.
 """
@@ -189,25 +192,3 @@ class KnapsackGains(GainModel):
         p = self._p_list[i]
         q = 1.0 - p
         return p * q * q * (p**b * q + q**b * p)
-
-
-class QuadraticGains(GainModel):
-    """V_i(B) = -(B - t_i)^2, dV_i(B) = -(2 (B - t_i) + 1): maximised at B_i = t_i.
-
-    Used for ``uniform``: t_i = total // M, so the optimisers return total // M per prompt and
-    hand the remainder, by their tie-breaking, to the first prompts.
-    """
-
-    def __init__(self, target: np.ndarray) -> None:
-        self.target = np.asarray(target, dtype=np.float64)
-        self.size = self.target.size
-        self._t_list = self.target.tolist()
-
-    def value_at(self, idx: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return -((np.asarray(b, dtype=np.float64) - self.target[idx]) ** 2)
-
-    def gain_at(self, idx: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return -(2.0 * (np.asarray(b, dtype=np.float64) - self.target[idx]) + 1.0)
-
-    def gain_one(self, i: int, b: int) -> float:
-        return -(2.0 * (b - self._t_list[i]) + 1.0)

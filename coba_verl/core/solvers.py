@@ -14,9 +14,15 @@ prompt's gains taken as a prefix. Three solvers reach it:
   where the gains are geometric; O(M log(1/eps)) numpy work, independent of S. Production default.
 * `solve_dp`: exact dynamic programme, O(M * S * (up - low)); the correctness reference.
 
-Tie-breaking (heap and threshold agree): among equal gains the prompt with the lower position
-wins, so e.g. a remainder of a uniform split goes to the first prompts. The DP may pick another
-optimum of the same objective.
+All three reach the same optimal objective. Heap and threshold share a tie-breaking rule (among
+equal gains the prompt with the lower position wins), so on exact ties they return the same
+budgets. They do not always compute bit-identical gains, though: the heap evaluates one gain at a
+time with ``math.exp``, the threshold solver whole arrays with ``np.exp``, and the two may differ
+in the last bit. When two prompts' gains tie to within that rounding, the solvers may then give
+the contested rollout to different prompts. On one machine c = [0.5752111118144044,
+4.953639602457882], k = [0.06400112050964692, 0.08738942975498114], total 36, [1, 64] gave heap
+[4, 32], threshold and DP [5, 31], objectives equal to 9e-16; which way a tie falls depends on
+the libm and numpy build. The DP may pick any optimum of the same objective.
 
 Notation: budgets is (M,) int64 with sum == total and low <= budgets <= up.
 """
@@ -28,6 +34,7 @@ import math
 
 import numpy as np
 
+from coba_verl.core.config import check_int
 from coba_verl.core.gains import GainModel
 
 #: Largest M * (up - low) for which `solve_threshold` sorts the whole gain table of a model
@@ -39,11 +46,14 @@ TABLE_MAX_CLOSED_FORM = 1 << 12
 
 
 def check_budget(m: int, total: int, low: int, up: int) -> None:
-    """Raise ValueError naming the numbers when the budget cannot be met (spec §5)."""
+    """Raise ValueError naming the numbers when the budget cannot be met (spec §5).
+
+    A non-integer ``total``, ``low`` or ``up`` raises `check_int`'s TypeError / ValueError, which
+    shows its repr and type.
+    """
     if m <= 0:
         raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
-    if int(low) != low or int(up) != up or int(total) != total:
-        raise ValueError(f"low={low}, up={up}, total={total} must be integers.")
+    total, low, up = check_int("total", total), check_int("low", low), check_int("up", up)
     if low < 1:
         raise ValueError(f"low={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO).")
     if up < low:
@@ -94,8 +104,8 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
 
     Notes:
         For geometric gains (CoBA) n_i has a closed form, so each step is O(M) numpy work and
-        the cost does not grow with the surplus S. The result equals `solve_heap`'s whenever
-        both compute the same gains (they share `GainModel`).
+        the cost does not grow with the surplus S. Same objective as `solve_heap`; same budgets
+        unless two gains tie to within rounding (module docstring).
     """
     m = gains.size
     check_budget(m, total, low, up)

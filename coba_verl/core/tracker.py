@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from coba_verl.core.capability import beta_shape, initial_beta_shape, psi
+from coba_verl.core.capability import capability_shape, psi
+from coba_verl.core.config import CobaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +65,13 @@ class CapabilityTracker:
 
     Args:
         num_prompts: Size N of the id space; ids must lie in [0, N).
-        window: k, appearances per prompt and steps of F_t averaged.
-        kappa: alpha_t + beta_t.
+        window: k, appearances per prompt and steps of F_t averaged (default: `CobaConfig`'s).
+        kappa: alpha_t + beta_t (default: `CobaConfig`'s).
     """
 
-    def __init__(self, num_prompts: int, window: int = 3, kappa: float = 11.0) -> None:
+    def __init__(
+        self, num_prompts: int, window: int = CobaConfig.window, kappa: float = CobaConfig.kappa
+    ) -> None:
         if int(num_prompts) != num_prompts or num_prompts < 1:
             raise ValueError(f"num_prompts={num_prompts} must be a positive integer.")
         if int(window) != window or window < 1:
@@ -175,12 +178,6 @@ class CapabilityTracker:
         }
 
     # ------------------------------------------------------------------ queries
-    def seen(self, ids: Any) -> np.ndarray:
-        """(M,) bool: the prompt has at least one committed appearance."""
-        ids_a = _as_int_array("ids", ids)
-        self._check_ids(ids_a)
-        return self._appearances[ids_a] > 0
-
     def pass_rates(self, ids: Any) -> np.ndarray:
         """(M,) float64 p_hat over each prompt's window; NaN for a prompt never seen ("unknown")."""
         ids_a = _as_int_array("ids", ids)
@@ -232,10 +229,7 @@ class CapabilityTracker:
 
     def shape(self, reverse: bool = False) -> tuple[float, float]:
         """(alpha_t, beta_t). ``reverse`` drives alpha by the success rate 1 - F_bar instead (ablation)."""
-        f = self.f_bar
-        if not np.isfinite(f):
-            return initial_beta_shape(self.kappa)
-        return beta_shape(psi(1.0 - f if reverse else f), self.kappa)
+        return capability_shape(self.f_bar, self.kappa, reverse=reverse)
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:

@@ -1,19 +1,21 @@
-"""Value functions: pass rates p (M,) -> a `GainModel` of M concave curves V_i(B) (spec §4, §8, §9).
+"""Value functions: pass rates p (M,) -> a `GainModel` of M concave curves V_i(B) (spec §4, §9).
 
-All share one interface, ``value_fn.gains(p) -> GainModel``; the optimisers in
+Both share one interface, ``value_fn.gains(p) -> GainModel``; the optimisers in
 `coba_verl.core.solvers` take the result. Strategy ablations differ only in where alpha/beta
 come from, which is the allocator's business (`coba_verl.core.allocator`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from scipy import special
 
 from coba_verl.core.capability import adaptive_tau
-from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains, QuadraticGains
+from coba_verl.core.config import CobaConfig, check_shape
+from coba_verl.core.gains import GeometricGains, KnapsackGains
 
 
 def saturation(b: np.ndarray, p: np.ndarray, tau: float) -> np.ndarray:
@@ -26,21 +28,32 @@ def saturation(b: np.ndarray, p: np.ndarray, tau: float) -> np.ndarray:
 def beta_density(p: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     """BetaPdf(p; alpha, beta) = p^(alpha-1) (1-p)^(beta-1) / B(alpha, beta), for p in (0, 1) (spec §4).
 
-    Written out with log B from `scipy.special.betaln`: the same numbers as scipy.stats.beta.pdf
-    (a test checks) at a tenth of the call overhead, which matters for small batches.
+    Written out with log B(alpha, beta) = lgamma(alpha) + lgamma(beta) - lgamma(alpha + beta) from
+    `math.lgamma`: the same numbers as scipy.stats.beta.pdf (a test checks) without importing scipy,
+    which took most of the time of ``import coba_verl``, run in every veRL process (README).
     """
     p = np.asarray(p, dtype=np.float64)
-    return np.exp((alpha - 1.0) * np.log(p) + (beta - 1.0) * np.log1p(-p) - special.betaln(alpha, beta))
+    log_b = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+    return np.exp((alpha - 1.0) * np.log(p) + (beta - 1.0) * np.log1p(-p) - log_b)
 
 
-def _check_rates(p: np.ndarray) -> np.ndarray:
+def check_pass_rates(p: Any, name: str = "p", *, unseen: bool = False) -> np.ndarray:
+    """(M,) float64 pass rates in [0, 1]; with ``unseen``, NaN too (a prompt without history).
+
+    >>> check_pass_rates([0.5, 1.5], "pass_rates")
+    Traceback (most recent call last):
+    ...
+    ValueError: pass rate 1.5 is outside [0, 1] (pass_rates[1]).
+    """
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 1:
-        raise ValueError(f"pass rates must be one-dimensional, got shape {p.shape}.")
-    bad = ~np.isfinite(p) | (p < 0) | (p > 1)
+        raise ValueError(f"{name} must be one-dimensional, got shape {p.shape}.")
+    bad = ~((p >= 0.0) & (p <= 1.0))  # NaN compares False, so it is bad unless allowed below
+    if unseen:
+        bad &= ~np.isnan(p)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"pass rate at position {j} is {p[j]}; pass rates must lie in [0, 1].")
+        raise ValueError(f"pass rate {p[j]} is outside [0, 1] ({name}[{j}]).")
     return p
 
 
@@ -49,8 +62,8 @@ class CobaValue:
     """V(B, p) = eta(B, p) * BetaPdf(p; alpha, beta), with p clipped to [p_low, p_high] (spec §4).
 
     Args:
-        alpha: Beta alpha (the tracker's alpha_t, or a fixed value for the static ablation).
-        beta: Beta beta.
+        alpha: Beta alpha (the tracker's alpha_t, or a fixed value for the static ablation); >= 1.
+        beta: Beta beta; >= 1.
         tau: Saturation temperature; ``None`` uses the release's adaptive rule over the batch.
         p_low: Lower clip of p [release: 0.01]; keeps k_i = p (1 - p) / tau > 0.
         p_high: Upper clip of p [release: 0.99].
@@ -61,18 +74,17 @@ class CobaValue:
     alpha: float
     beta: float
     tau: float | None = None
-    p_low: float = 0.01
-    p_high: float = 0.99
+    p_low: float = CobaConfig.p_clip_low
+    p_high: float = CobaConfig.p_clip_high
     last_tau: float = field(default=float("nan"), init=False)
 
     def __post_init__(self) -> None:
-        if not (self.alpha > 0 and self.beta > 0):
-            raise ValueError(f"Beta shape alpha={self.alpha}, beta={self.beta} must be positive.")
+        self.alpha, self.beta = check_shape(self.alpha, self.beta)
         if self.tau is not None and not self.tau > 0:
             raise ValueError(f"tau={self.tau} must be positive or None (adaptive).")
 
     def clip(self, p: np.ndarray) -> np.ndarray:
-        return np.clip(_check_rates(p), self.p_low, self.p_high)
+        return np.clip(check_pass_rates(p), self.p_low, self.p_high)
 
     def gains(self, p: np.ndarray) -> GeometricGains:
         pc = self.clip(p)  # (M,) float64 in [p_low, p_high]
@@ -88,15 +100,4 @@ class KnapsackValue:
     """Knapsack-RL: V(N, p) = (1 - p^N - (1 - p)^N) p (1 - p)^2, unclipped p (spec §9)."""
 
     def gains(self, p: np.ndarray) -> KnapsackGains:
-        return KnapsackGains(_check_rates(p))
-
-
-@dataclass
-class UniformValue:
-    """Stock GRPO: a value maximised at B_i = per_prompt for every prompt (see `QuadraticGains`)."""
-
-    per_prompt: int
-
-    def gains(self, p: np.ndarray) -> GainModel:
-        p = _check_rates(p)
-        return QuadraticGains(np.full(p.size, float(self.per_prompt)))
+        return KnapsackGains(check_pass_rates(p))

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
+import warnings
+
 import numpy as np
 import pytest
 
-from coba_verl import BudgetAllocator, CobaConfig, allocate
+from coba_verl import BudgetAllocator, CapabilityTracker, CobaConfig, CobaValue, allocate
 from coba_verl.core.allocator import uniform_split
 from coba_verl.core.config import STRATEGIES
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release, band_share
 from coba_verl.core.solvers import objective, solve_dp
-from coba_verl.core.values import CobaValue
 
 
 def _run_steps(
@@ -105,7 +109,8 @@ def test_uniform_split_gives_the_remainder_to_the_first_prompts():
     ("kwargs", "message"),
     [
         ({"strategy": "grpo"}, "coba.strategy='grpo' is unknown"),
-        ({"min_rollouts": 0}, "coba.min_rollouts=0 must be an integer >= 1"),
+        ({"min_rollouts": 0}, "coba.min_rollouts=0 is below 2"),
+        ({"min_rollouts": 1}, "coba.min_rollouts=1 is below 2: under GRPO a group of one rollout"),
         ({"max_rollouts": 1}, "coba.max_rollouts=1 must be an integer >= coba.min_rollouts=2"),
         ({"kappa": 2.0}, "coba.kappa=2.0 must be > 2"),
         ({"window": 0}, "coba.window=0 must be an integer >= 1"),
@@ -122,6 +127,146 @@ def test_config_raises_error(kwargs, message):
 def test_config_from_mapping_rejects_unknown_keys():
     with pytest.raises(ValueError, match=r"Unknown coba config keys \['kapa'\]"):
         CobaConfig.from_mapping({"kapa": 3})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"kappa": "7"}, TypeError, "coba.kappa='7' (str) must be a number."),
+        ({"min_rollouts": "2"}, TypeError, "coba.min_rollouts='2' (str) must be an integer."),
+        ({"window": 1.5}, ValueError, "coba.window=1.5 (float) must be an integer."),
+        ({"static_alpha": 0.5}, ValueError, "coba.static_alpha=0.5, coba.static_beta=9.0 must both be >= 1"),
+    ],
+)
+def test_config_errors_show_the_value_repr_and_type(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        CobaConfig(**kwargs)
+
+
+P5 = np.array([0.0, 0.2, 0.5, 0.9, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        (
+            (P5, 40),
+            {"min_rollouts": 1, "max_rollouts": 16},
+            ValueError,
+            "min_rollouts=1 is below 2: under GRPO a group of one rollout has no baseline, so its "
+            "advantage would be its raw score. Set min_rollouts to 2 or more.",
+        ),
+        (
+            (P5, 40),
+            {"alpha": 3.0},
+            ValueError,
+            "alpha=3.0 was given without beta: pass both to fix the Beta shape, or neither to derive "
+            "it from the pass rates.",
+        ),
+        ((P5, 40), {"beta": 3.0}, ValueError, "beta=3.0 was given without alpha"),
+        (
+            (P5, 40),
+            {"alpha": -1, "beta": 3.0},
+            ValueError,
+            "alpha=-1, beta=3.0 must both be >= 1 (a Beta density bounded on (0, 1)).",
+        ),
+        (
+            (P5, 40),
+            {"alpha": 3.0, "beta": 0.5, "strategy": "static"},
+            ValueError,
+            "alpha=3.0, beta=0.5 must both be >= 1",
+        ),
+        ((P5, "40"), {}, TypeError, "total_budget='40' (str) must be an integer."),
+        ((P5, 40.5), {}, ValueError, "total_budget=40.5 (float) must be an integer."),
+        ((P5, 40), {"max_rollouts": "16"}, TypeError, "max_rollouts='16' (str) must be an integer."),
+        ((P5, 40), {"max_rollouts": 1}, ValueError, "max_rollouts=1 must be an integer >= min_rollouts=2."),
+        ((P5, 40), {"kappa": 2.0}, ValueError, "kappa=2.0 must be > 2"),
+        ((P5, 40), {"tau": -1.0}, ValueError, "tau=-1.0 must be positive, or null/None for the adaptive"),
+        ((P5, 40), {"strategy": "grpo"}, ValueError, "strategy='grpo' is unknown; choose one of"),
+        ((P5, 40), {"solver": "greedy"}, ValueError, "solver='greedy' is unknown; choose one of"),
+        ((np.array([0.5, 1.5]), 8), {}, ValueError, "pass rate 1.5 is outside [0, 1] (pass_rates[1])."),
+        ((np.array([0.5, -np.inf]), 8), {}, ValueError, "pass rate -inf is outside [0, 1] (pass_rates[1])."),
+        ((np.ones((2, 2)), 8), {}, ValueError, "pass_rates must be one-dimensional, got shape (2, 2)."),
+        ((P5, 5), {}, ValueError, "total=5 is infeasible for M=5 prompts with low=2, up=128"),
+    ],
+)
+def test_allocate_raise_error(args, kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        allocate(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"alpha": 3.0, "beta": 5.0, "strategy": "knapsack"},
+            "alpha=3.0, beta=5.0 do not change the budgets of strategy='knapsack'; they are ignored.",
+        ),
+        ({"alpha": 3.0, "beta": 5.0, "strategy": "uniform"}, "do not change the budgets of strategy='unif"),
+        ({"tau": 4.0, "strategy": "uniform"}, "tau=4.0 does not change the budgets of strategy='uniform'"),
+        ({"kappa": 7.0, "strategy": "knapsack"}, "kappa=7.0 does not change the budgets of strategy='knap"),
+        ({"kappa": 7.0, "strategy": "static"}, "kappa=7.0 does not change the budgets of strategy='static'"),
+        (
+            {"kappa": 7.0, "alpha": 3.0, "beta": 5.0},
+            "kappa=7.0 does not change the budgets once alpha and beta are given; it is ignored.",
+        ),
+    ],
+)
+def test_allocate_warns_naming_an_argument_that_cannot_change_the_budgets(kwargs, message):
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        allocate(P5, 40, max_rollouts=16, **kwargs)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_defaults_and_used_knobs_raise_no_warning(strategy):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CobaConfig(strategy=strategy)
+        allocate(P5, 40, max_rollouts=16, strategy=strategy)
+        if strategy in ("coba", "coba_release", "static", "reverse"):
+            allocate(P5, 40, max_rollouts=16, strategy=strategy, alpha=3.0, beta=5.0, tau=4.0)
+
+
+def test_config_warns_when_a_knob_cannot_change_the_strategys_budgets():
+    with pytest.warns(UserWarning, match=re.escape("coba.static_alpha=3.0 does not change the budgets of")):
+        CobaConfig(strategy="coba", static_alpha=3.0)
+    with pytest.warns(UserWarning, match=re.escape("coba.solver='heap' does not change the budgets of")):
+        CobaConfig(strategy="uniform", solver="heap")
+
+
+def test_min_rollouts_below_two_is_refused_by_allocate_and_every_config():
+    with pytest.raises(ValueError, match="min_rollouts=1 is below 2"):
+        allocate(P5, 40, min_rollouts=1)
+    for strategy in STRATEGIES:
+        with pytest.raises(ValueError, match="coba.min_rollouts=1 is below 2"):
+            CobaConfig(strategy=strategy, min_rollouts=1)
+
+
+def test_uniform_gives_the_remainder_one_each_to_the_first_prompts():
+    np.testing.assert_array_equal(allocate(P5, 41, strategy="uniform"), [9, 8, 8, 8, 8])
+    np.testing.assert_array_equal(allocate(P5, 43, strategy="uniform"), [9, 9, 9, 8, 8])
+
+
+def test_defaults_live_in_cobaconfig_only():
+    defaults = {f.name: f.default for f in dataclasses.fields(CobaConfig)}
+    params = inspect.signature(allocate).parameters
+    for name in ("min_rollouts", "max_rollouts", "strategy", "kappa", "tau", "solver"):
+        assert params[name].default == defaults[name], name
+    tracker = inspect.signature(CapabilityTracker).parameters
+    assert (tracker["window"].default, tracker["kappa"].default) == (defaults["window"], defaults["kappa"])
+    value = CobaValue(3.0, 5.0)
+    assert (value.p_low, value.p_high) == (defaults["p_clip_low"], defaults["p_clip_high"])
+
+
+@pytest.mark.parametrize("strategy", ["coba", "reverse", "coba_release"])
+def test_allocate_derives_the_shape_a_tracker_would_after_one_step_at_these_rates(strategy):
+    rates = np.array([0.0, 0.125, 0.5, 0.75, 1.0])
+    alloc = BudgetAllocator(CobaConfig(strategy=strategy, max_rollouts=24), num_prompts=5)
+    alloc.record(np.arange(5), (rates * 8).astype(int), np.full(5, 8))
+    alloc.end_step()
+    res = alloc.allocate(np.arange(5), 60)
+    np.testing.assert_array_equal(res.budgets, allocate(rates, 60, max_rollouts=24, strategy=strategy))
+    assert res.metrics["coba/alpha"] != alloc.tracker.kappa - 2  # a derived, not the initial, shape
 
 
 def test_allocate_rejects_infeasible_budget_with_the_numbers():

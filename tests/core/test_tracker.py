@@ -42,7 +42,7 @@ def test_rollouts_of_one_prompt_spread_over_calls_count_as_one_appearance():
 def test_unseen_prompt_is_unknown_and_cold_start_shape_is_kappa_minus_two():
     tr = CapabilityTracker(10, window=3, kappa=11.0)
     assert np.isnan(tr.pass_rates([0, 9])).all()
-    assert not tr.seen([0]).any()
+    assert np.isnan(tr.last_pass_rates([0])).all()
     assert (tr.alpha, tr.beta) == (9.0, 2.0)
     assert np.isnan(tr.f_bar)
 
