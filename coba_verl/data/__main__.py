@@ -2,4 +2,4 @@
 
 from coba_verl.data.cli import main
 
-raise SystemExit(main())
+raise SystemExit(main(prog="python -m coba_verl.data"))

@@ -4,12 +4,14 @@
     python -m coba_verl.data dapo_math --output-dir ~/data/coba/dapo_math
     python -m coba_verl.data dapo_eval --output-dir ~/data/coba        # one folder per benchmark
     python -m coba_verl.data gsm8k --local-path train=gsm8k_train.jsonl --local-path test=test.jsonl
-    python -m coba_verl.data check ~/data/coba/gsm8k/train.parquet
+    python -m coba_verl.data check ~/data/coba/gsm8k/train.parquet ~/data/coba/gsm8k/test.parquet
 
-A dataset writes ``<output-dir>/<split>.parquet`` (plus ``manifest.json`` and, when rows were
-rejected, ``<split>.rejected.jsonl``); a group writes each member to ``<output-dir>/<member>/``.
-Exit status: 0 on success, 1 when ``--strict`` finds rejected rows or ``check`` finds problems,
-2 on a usage error.
+``coba-verl data ...`` is the same command. A dataset writes ``<output-dir>/<split>.parquet``
+(plus ``manifest.json`` and, when rows were rejected, ``<split>.rejected.jsonl``); a group writes
+each member to ``<output-dir>/<member>/``. ``check`` reports what would break training (see
+`check_files`) and, as notes that do not change the exit status, evaluation prompts that also
+appear in the training files. Exit status: 0 on success, 1 when a split cannot be prepared,
+``--strict`` finds rejected rows or ``check`` finds problems, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import sys
 from pathlib import Path
 
-from coba_verl.data.prepare import SplitReport, check_files, prepare_split
+from coba_verl.data.prepare import SplitReport, check_files, prepare_split, train_test_overlap
 from coba_verl.data.sources import GROUPS, SOURCES, SourceSpec, resolve
 
 __all__ = ["main", "build_parser"]
@@ -29,16 +31,17 @@ logger = logging.getLogger("coba_verl.data")
 DEFAULT_ROOT = Path("~/data/coba")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m coba_verl.data`` (its epilog lists datasets and groups)."""
+def build_parser(prog: str = "coba-verl data") -> argparse.ArgumentParser:
+    """The argument parser (its epilog lists datasets and groups); ``prog`` names the command."""
     choices = [*SOURCES, *GROUPS, "check"]
     listing = "\n".join(f"  {s.name:<14} {s.description}" for s in SOURCES.values())
     groups = "\n".join(f"  {g:<14} {', '.join(m)}" for g, m in GROUPS.items())
     parser = argparse.ArgumentParser(
-        prog="python -m coba_verl.data",
+        prog=prog,
         description="Write veRL parquet files (data_source, chat prompt, ability, reward_model, "
         "extra_info.index) for CoBA-RL recipes, or check existing files.",
-        epilog=f"datasets:\n{listing}\ngroups:\n{groups}\n  {'check':<14} check the parquet FILES given",
+        epilog=f"datasets:\n{listing}\ngroups:\n{groups}\n  {'check':<14} check the parquet FILES given "
+        "(training indices unique, gold answers score 1.0; notes test prompts also in training)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("dataset", choices=choices, metavar="DATASET", help="a dataset, a group, or 'check'")
@@ -138,30 +141,52 @@ def _print_table(reports: list[SplitReport]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
 
 
-def _run_check(args: argparse.Namespace) -> int:
-    """``check FILES...``: print the problems found (the first 50) and return the exit status."""
+def _run_check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``check FILES...``: print the problems (the first 50), then overlap notes; return the status."""
     if not args.files:
-        print("check: give one or more parquet files", file=sys.stderr)
-        return 2
+        parser.error("check: give one or more parquet files")
+    for name in args.files:
+        if not Path(name).expanduser().is_file():
+            parser.error(f"check: no such file {name}")
     problems = check_files(args.files, score_gold=not args.no_score_gold)
     for problem in problems[:50]:
         print(problem)
     if len(problems) > 50:
         print(f"... and {len(problems) - 50} more")
-    print(f"checked {len(args.files)} file(s): {len(problems)} problem(s)")
+    overlap = train_test_overlap(args.files)
+    for line in overlap[:20]:
+        print(f"note: {line}")
+    if len(overlap) > 20:
+        print(f"note: ... and {len(overlap) - 20} more")
+    print(
+        f"checked {len(args.files)} file(s): {len(problems)} problem(s); "
+        f"{len(overlap)} evaluation prompt(s) also in the training files"
+    )
     return 1 if problems else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _log_to_stderr(quiet: bool) -> None:
+    """Log lines to stderr, each once: the hub libraries (``huggingface_hub``, ``datasets``) print
+    through handlers of their own (or logging's last resort), so they must not also pass their
+    records on to the root handler."""
     logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
+        level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for name in ("huggingface_hub", "datasets"):
+        logging.getLogger(name).propagate = False
+
+
+def main(argv: list[str] | None = None, prog: str = "coba-verl data") -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    ``prog`` is the command named in usage lines (``python -m coba_verl.data`` passes its own).
+    """
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    _log_to_stderr(args.quiet)
     if args.dataset == "check":
-        return _run_check(args)
+        return _run_check(parser, args)
     if args.files:
         parser.error(f"unexpected arguments {args.files}; only 'check' takes files")
 
@@ -182,12 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
 
     root = (args.output_dir or (DEFAULT_ROOT if group else DEFAULT_ROOT / args.dataset)).expanduser()
-    reports: list[SplitReport] = []
+    todo = []
     for spec in specs:
         splits = [s for s in spec.splits if wanted is None or s in wanted]
         if wanted is not None and not group and not splits:
             parser.error(f"--splits {args.splits}: {spec.name} has splits {sorted(spec.splits)}")
-        for split in splits:
+        todo += [(spec, split) for split in splits]
+    reports: list[SplitReport] = []
+    for spec, split in todo:
+        try:
             reports.append(
                 prepare_split(
                     spec,
@@ -200,8 +228,15 @@ def main(argv: list[str] | None = None) -> int:
                     limit=args.limit,
                     question_field=args.question_field,
                     answer_field=args.answer_field,
+                    local_key=spec.name if group else None,
                 )
             )
+        except (RuntimeError, OSError, ValueError) as err:  # no hub, missing file, unusable source
+            logger.debug("preparing %s/%s failed", spec.name, split, exc_info=True)
+            print(f"{parser.prog}: error: {err}", file=sys.stderr)
+            if reports:
+                _print_table(reports)  # what was written before the failure
+            return 1
     _print_table(reports)
     rejected = sum(r.rows_rejected for r in reports)
     if rejected and args.strict:

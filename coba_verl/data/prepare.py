@@ -32,6 +32,8 @@ import json
 import logging
 import os
 import tempfile
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -63,6 +65,8 @@ __all__ = [
     "write_rows",
     "prepare_split",
     "check_files",
+    "hub_unreachable",
+    "train_test_overlap",
 ]
 
 logger = logging.getLogger(__name__)
@@ -141,6 +145,36 @@ class Built:
 # ---------------------------------------------------------------------------------------------
 
 
+#: Seconds to wait for the hub before saying it is unreachable (instead of ~25 s of retries).
+HUB_PROBE_TIMEOUT_S = 5.0
+_hub_probes: dict[str, str | None] = {}
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hugging Face hub cannot be reached, or ``None`` when it answers (once per process).
+
+    One HEAD request to the endpoint (``HF_ENDPOINT``, proxies from the environment); any HTTP
+    answer, even an error status, counts as reachable. Skipped (``None``) under ``HF_HUB_OFFLINE``,
+    where ``datasets`` reads its local cache only.
+    """
+    import datasets
+    from huggingface_hub import constants
+
+    if datasets.config.HF_HUB_OFFLINE:
+        return None
+    endpoint = constants.ENDPOINT
+    if endpoint not in _hub_probes:
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
+            _hub_probes[endpoint] = None
+        except urllib.error.HTTPError:  # the hub answered
+            _hub_probes[endpoint] = None
+        except (urllib.error.URLError, OSError) as err:  # DNS, refused, timeout
+            reason = getattr(err, "reason", err)
+            _hub_probes[endpoint] = f"{endpoint} is unreachable ({reason})"
+    return _hub_probes[endpoint]
+
+
 def load_split(
     spec: SourceSpec,
     split: str,
@@ -148,12 +182,20 @@ def load_split(
     local_path: str | os.PathLike[str] | None = None,
     hub_id: str | None = None,
     hub_config: str | None = None,
+    local_key: str | None = None,
 ) -> tuple[Any, str]:
     """Load one split as a ``datasets.Dataset``; returns it with a description of its origin.
 
-    Without ``local_path`` this is ``datasets.load_dataset(hub_id, hub_config, split=...)``.
-    ``local_path`` may be a ``.parquet`` / ``.jsonl`` / ``.json`` / ``.csv`` file (read whole as
-    this split), a directory written by ``save_to_disk``, or a downloaded hub snapshot.
+    Without ``local_path`` this is ``datasets.load_dataset(hub_id, hub_config, split=...)``, after
+    a quick check that the hub answers at all (`hub_unreachable`). ``local_path`` may be a
+    ``.parquet`` / ``.jsonl`` / ``.json`` / ``.csv`` file (read whole as this split), a directory
+    written by ``save_to_disk``, or a downloaded hub snapshot. ``local_key`` is the KEY of
+    ``--local-path KEY=FILE`` that serves this split (default: the split; a group uses the member
+    name); it only shapes the message when the hub fails.
+
+    Raises:
+        RuntimeError: the hub is unreachable or cannot serve the split; the message gives the
+            ``--local-path`` form that works instead.
     """
     import datasets
 
@@ -164,14 +206,21 @@ def load_split(
         repo = hub_id or spec.hub_id
         config = hub_config if hub_config is not None else spec.hub_config
         origin = f"hf://{repo}" + (f" ({config})" if config else "") + f" split={hub_split}"
+        instead = (
+            f"Download it elsewhere and pass --local-path {local_key or split}=FILE "
+            "(parquet/jsonl/json/csv) or a hub snapshot directory"
+        )
+        down = hub_unreachable()
+        if down:
+            raise RuntimeError(
+                f"Could not load {origin} for {spec.name}: the Hugging Face hub at {down}. {instead}; "
+                "or, if an earlier run cached it, set HF_HUB_OFFLINE=1 to read the cache."
+            )
         logger.info("Loading %s from the Hugging Face hub: %s", spec.name, origin)
         try:
             return datasets.load_dataset(repo, config, split=hub_split), origin
-        except Exception as err:  # offline, renamed, gated: say how to continue without the hub
-            raise RuntimeError(
-                f"Could not load {origin} for {spec.name}: {err}. Download it elsewhere and pass "
-                f"--local-path {split}=FILE (parquet/jsonl/json/csv) or a hub snapshot directory."
-            ) from err
+        except Exception as err:  # renamed, gated, hub error: say how to continue without the hub
+            raise RuntimeError(f"Could not load {origin} for {spec.name}: {err}. {instead}.") from err
 
     path = Path(local_path).expanduser()
     if not path.exists():
@@ -395,17 +444,21 @@ def prepare_split(
     limit: int | None = None,
     question_field: str | None = None,
     answer_field: str | None = None,
+    local_key: str | None = None,
 ) -> SplitReport:
     """Load, build and write ``<output_dir>/<split>.parquet`` for one dataset split.
 
     Rejected rows go to ``<output_dir>/<split>.rejected.jsonl`` and are counted in the report.
     ``limit`` reads only the first rows of the source (for smoke runs; indices stay positional).
+    ``local_key`` is passed to `load_split` (the ``--local-path`` form its hub message suggests).
     """
     if index_offset < 0:
         raise ValueError(f"index_offset={index_offset} must be >= 0.")
     if limit is not None and limit < 1:
         raise ValueError(f"limit={limit} must be >= 1 (or None to read every row).")
-    dataset, origin = load_split(spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config)
+    dataset, origin = load_split(
+        spec, split, local_path=local_path, hub_id=hub_id, hub_config=hub_config, local_key=local_key
+    )
     if limit is not None:
         dataset = dataset.select(range(min(limit, len(dataset))))
     fields = (
@@ -494,19 +547,33 @@ def _iter_rows(path: Path) -> Iterator[dict[str, Any]]:
         yield from batch.to_pylist()
 
 
+def _is_training(extra: Mapping[str, Any]) -> bool:
+    """A row belongs to a training set unless its ``extra_info.split`` names another split."""
+    return extra.get("split") in (None, "train")
+
+
 def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = True) -> list[str]:
-    """Problems that would break training on these files together; an empty list means none.
+    """Problems that would break training on these files; an empty list means none.
 
     Checks every row for a chat prompt, a non-empty ground truth and an integer
-    ``extra_info.index``; that indices are unique across all files (CoBA-RL's tracker key);
-    and, with ``score_gold``, that a response stating the ground truth scores 1.0 through the
-    routed veRL scorer (which also catches a ``data_source`` veRL cannot route).
+    ``extra_info.index``, and, with ``score_gold``, that a response stating the ground truth scores
+    1.0 through the routed veRL scorer (which also catches a ``data_source`` veRL cannot route).
+    Indices must be unique within the training set, i.e. over the rows of every file whose
+    ``extra_info.split`` is ``train`` (or missing): CoBA-RL keys its tracker by them, and training
+    files used together share one tracker. Evaluation rows (any other split) never reach the
+    tracker, so each evaluation file may count from 0, and a test file may reuse a training
+    file's indices. Whether test prompts also appear in training is another question, answered by
+    `train_test_overlap`. A file that cannot be read as parquet is reported, not raised.
     """
     problems: list[str] = []
-    owner: dict[int, str] = {}
+    owner: dict[int, str] = {}  # training index -> the row that has it
     for raw in paths:
         path = Path(raw).expanduser()
-        names = set(pq.read_schema(path).names)
+        try:
+            names = set(pq.read_schema(path).names)
+        except (OSError, pa.ArrowException) as err:
+            problems.append(f"{path}: cannot be read as parquet ({err})")
+            continue
         missing = {"data_source", "prompt", "reward_model", "extra_info"} - names
         if missing:
             problems.append(f"{path}: missing columns {sorted(missing)}")
@@ -525,10 +592,11 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
             index = extra.get("index")
             if not isinstance(index, int) or isinstance(index, bool):
                 problems.append(f"{where}: extra_info.index={index!r} is not an integer")
-            elif index in owner:
-                problems.append(f"{where}: extra_info.index={index} repeats {owner[index]}")
-            else:
-                owner[index] = where
+            elif _is_training(extra):
+                if index in owner:
+                    problems.append(f"{where}: extra_info.index={index} repeats {owner[index]}")
+                else:
+                    owner[index] = where
             if score_gold and truth and is_chat and prompt:
                 style = _style_of(prompt)
                 try:
@@ -539,6 +607,43 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
                 if value != 1.0:
                     problems.append(f"{where}: the gold answer {truth!r} scores {value}, not 1.0")
     return problems
+
+
+def _problem_text(row: Mapping[str, Any]) -> str:
+    """The problem a row poses, whitespace-normalised: ``extra_info.question``, else the last message."""
+    extra = row.get("extra_info") or {}
+    text = extra.get("question")
+    if not text and isinstance(row.get("prompt"), list) and row["prompt"]:
+        last = row["prompt"][-1]
+        text = last.get("content") if isinstance(last, dict) else None
+    return " ".join(str(text or "").split())
+
+
+def train_test_overlap(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """One line per evaluation row whose problem also appears in a training row of ``paths``.
+
+    Rows are split into training and evaluation by ``extra_info.split`` (as in `check_files`) and
+    compared by their problem text (``extra_info.question``, whitespace-normalised), so the same
+    problem matches across prompt styles. Files that cannot be read are skipped (`check_files`
+    reports them).
+    """
+    train: dict[str, str] = {}
+    evaluation: list[tuple[str, str]] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        try:
+            rows = list(enumerate(_iter_rows(path)))
+        except (OSError, pa.ArrowException):
+            continue
+        for pos, row in rows:
+            text = _problem_text(row)
+            if not text:
+                continue
+            if _is_training(row.get("extra_info") or {}):
+                train.setdefault(text, f"{path} row {pos}")
+            else:
+                evaluation.append((text, f"{path} row {pos}"))
+    return [f"{where}: the same problem is in training, {train[t]}" for t, where in evaluation if t in train]
 
 
 def _style_of(prompt: list[dict[str, Any]]) -> PromptStyle:

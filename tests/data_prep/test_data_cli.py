@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
 import pyarrow.parquet as pq
 import pytest
 
+from coba_verl.data import prepare as prepare_module
 from coba_verl.data.cli import main
 
 
@@ -86,6 +88,8 @@ def test_strict_exits_one_when_any_row_was_rejected(fixtures_dir, tmp_path) -> N
         (["gsm8k", "--limit", "0"], "--limit 0: give an integer >= 1"),
         (["gsm8k", "--index-offset", "-5"], "--index-offset -5: give an integer >= 0"),
         (["nonsense"], "invalid choice"),
+        (["check"], "check: give one or more parquet files"),
+        (["check", "nope.parquet"], "check: no such file nope.parquet"),
     ],
 )
 def test_usage_errors_exit_two_with_the_fix(argv, message, tmp_path, capsys) -> None:
@@ -115,9 +119,53 @@ def test_check_reports_collisions_with_exit_one(fixtures_dir, tmp_path, capsys) 
     assert "extra_info.index=0 repeats" in capsys.readouterr().out
 
 
+def test_check_of_a_datasets_own_train_and_test_output_passes(fixtures_dir, tmp_path, capsys) -> None:
+    paths = [f"{split}={fixtures_dir / f'gsm8k_{split}.jsonl'}" for split in ("train", "test")]
+    assert (
+        main(["gsm8k", "--output-dir", str(tmp_path), "-q", *(a for p in paths for a in ("--local-path", p))])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "train.parquet"), str(tmp_path / "test.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert "checked 2 file(s): 0 problem(s); 0 evaluation prompt(s) also in the training files" in out
+
+
+def test_group_hub_failure_prints_the_local_path_form_the_group_accepts(
+    monkeypatch, fixtures_dir, tmp_path, capsys
+) -> None:
+    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: "https://hf.example is unreachable (test)")
+    assert main(["paper", "--output-dir", str(tmp_path), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("coba-verl data: error: Could not load hf://BytedTsinghua-SIA/DAPO-Math-17k")
+    assert "--local-path dapo_math=FILE" in err and "Traceback" not in err
+    # The printed form works: the group takes it and moves on to the next member.
+    local = f"dapo_math={fixtures_dir / 'dapo_math_17k.parquet'}"
+    assert main(["paper", "--output-dir", str(tmp_path), "-q", "--local-path", local]) == 1
+    assert "--local-path aime2024=FILE" in capsys.readouterr().err
+    assert (tmp_path / "dapo_math" / "train.parquet").exists()
+
+
+def test_hub_library_warnings_do_not_also_reach_the_root_handler(fixtures_dir, tmp_path) -> None:
+    # huggingface_hub and datasets print through handlers of their own; passing their records on
+    # to the root handler too printed every retry warning twice.
+    main(
+        ["minerva", "--output-dir", str(tmp_path), "-q", "--local-path", str(fixtures_dir / "minerva.jsonl")]
+    )
+    assert not logging.getLogger("huggingface_hub").propagate
+    assert not logging.getLogger("datasets").propagate
+
+
+def test_help_names_the_command_it_was_called_as(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: coba-verl data ")
+
+
 def test_module_entry_point_runs() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "coba_verl.data", "--help"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0
     assert "dapo_math" in done.stdout and "dapo_eval" in done.stdout
+    assert done.stdout.startswith("usage: python -m coba_verl.data ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 
 import datasets
@@ -13,7 +14,9 @@ from omegaconf import OmegaConf
 from verl.utils.reward_score import default_compute_score
 
 from coba_verl.data import SCHEMA, SOURCES, check_files, prepare_split
+from coba_verl.data import prepare as prepare_module
 from coba_verl.data.formats import DAPO_PREFIX, gold_response
+from coba_verl.data.prepare import hub_unreachable, train_test_overlap
 from coba_verl.data.reward import DAPO_EVAL_SOURCES, compute_score, score_value
 
 
@@ -175,6 +178,7 @@ def test_hub_path_is_datasets_load_dataset_with_the_spec_ids(monkeypatch, local_
         return fixture
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: None)
     report = prepare_split(SOURCES["gsm8k"], "train", tmp_path)
     assert calls == [("openai/gsm8k", "main", "train")]
     assert report.origin == "hf://openai/gsm8k (main) split=train" and report.rows_written == 5
@@ -187,8 +191,57 @@ def test_hub_failure_tells_how_to_work_offline(monkeypatch, tmp_path) -> None:
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: None)
     with pytest.raises(RuntimeError, match="--local-path train=FILE"):
         prepare_split(SOURCES["dapo_math"], "train", tmp_path)
+
+
+def test_unreachable_hub_is_reported_at_once_without_retries(monkeypatch, tmp_path) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("datasets.load_dataset must not be called when the hub is unreachable")
+
+    monkeypatch.setattr(datasets, "load_dataset", never)
+    down = "https://hf.example is unreachable (no DNS)"
+    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: down)
+    with pytest.raises(RuntimeError) as err:
+        prepare_split(SOURCES["gsm8k"], "train", tmp_path)
+    assert str(err.value) == (
+        "Could not load hf://openai/gsm8k (main) split=train for gsm8k: the Hugging Face hub at "
+        "https://hf.example is unreachable (no DNS). Download it elsewhere and pass --local-path "
+        "train=FILE (parquet/jsonl/json/csv) or a hub snapshot directory; or, if an earlier run "
+        "cached it, set HF_HUB_OFFLINE=1 to read the cache."
+    )
+    with pytest.raises(RuntimeError, match="--local-path dapo_math=FILE"):  # the form a group takes
+        prepare_split(SOURCES["dapo_math"], "train", tmp_path, local_key="dapo_math")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (urllib.error.URLError("[Errno -2] Name or service not known"), "is unreachable ([Errno -2]"),
+        (TimeoutError("timed out"), "is unreachable (timed out)"),
+        (urllib.error.HTTPError("https://hf.example", 503, "busy", None, None), None),  # it answered
+        (None, None),
+    ],
+)
+def test_hub_probe_is_one_quick_request_and_any_http_answer_counts(monkeypatch, answer, expected) -> None:
+    calls = []
+
+    def urlopen(request, timeout):
+        calls.append((request.get_method(), timeout))
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(prepare_module.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(prepare_module, "_hub_probes", {})
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    for _ in range(2):
+        reason = hub_unreachable()
+        assert reason is None if expected is None else expected in reason
+    assert calls == [("HEAD", prepare_module.HUB_PROBE_TIMEOUT_S)]  # once per process
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # the cache only: no probe
+    monkeypatch.setattr(prepare_module, "_hub_probes", {})
+    assert hub_unreachable() is None and len(calls) == 1
 
 
 def test_source_without_expected_columns_fails_naming_them(tmp_path) -> None:
@@ -214,6 +267,35 @@ def test_save_to_disk_folder_is_read_by_split(tmp_path) -> None:
     ).save_to_disk(str(folder))
     report = prepare_split(SOURCES["minerva"], "test", tmp_path / "out", local_path=folder)
     assert report.rows_written == 1
+
+
+def test_check_accepts_a_dataset_train_and_test_split_with_the_same_indices(prepared) -> None:
+    train, test = prepared[("gsm8k", "train")].path, prepared[("gsm8k", "test")].path
+    assert _rows(train)[0]["extra_info"]["index"] == _rows(test)[0]["extra_info"]["index"] == 0
+    assert check_files([train, test]) == []
+    evals = [r.path for (_, split), r in prepared.items() if split == "test"]  # each counts from 0
+    assert check_files(evals, score_gold=False) == []
+
+
+def test_overlap_names_test_prompts_that_are_also_in_training(prepared, tmp_path) -> None:
+    train, test = prepared[("gsm8k", "train")].path, prepared[("gsm8k", "test")].path
+    assert train_test_overlap([train, test]) == []
+    rows = _rows(test)
+    rows[1]["extra_info"]["question"] = "  " + _rows(train)[3]["extra_info"]["question"].replace(" ", "\n", 1)
+    leaked = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), leaked)
+    assert train_test_overlap([train, leaked]) == [
+        f"{leaked} row 1: the same problem is in training, {Path(train)} row 3"
+    ]
+    assert check_files([train, leaked]) == []  # an overlap is a note, not a problem
+
+
+def test_check_reports_a_file_it_cannot_read(tmp_path) -> None:
+    bad = tmp_path / "notes.parquet"
+    bad.write_text("not parquet")
+    problems = check_files([bad, tmp_path / "missing.parquet"])
+    assert len(problems) == 2 and all("cannot be read as parquet" in p for p in problems)
+    assert train_test_overlap([bad]) == []
 
 
 def test_check_flags_index_collisions_across_training_files_and_unroutable_sources(
