@@ -3,12 +3,16 @@
 coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
 coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
 coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
+coba-verl --version   the installed version
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from importlib import resources
+
+from coba_verl import __version__
 
 COMMANDS = {
     "lab": ("coba_verl.lab.cli", "CPU lab: compare allocation strategies on a tiny model"),
@@ -18,8 +22,61 @@ COMMANDS = {
 
 
 def _usage() -> str:
-    lines = ["usage: coba-verl {lab,train,data} [args...]", "", "commands:"]
+    lines = ["usage: coba-verl {lab,train,data} [args...]", "       coba-verl --version", "", "commands:"]
     lines += [f"  {name:<7}{desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += ["", "Each command takes --help (train: a short usage; --help-full for veRL's whole config)."]
+    return "\n".join(lines)
+
+
+def coba_keys() -> list[tuple[str, str, str]]:
+    """(key, default, comment) for each key of the ``coba`` config group, read from its yaml.
+
+    The yaml mirrors `CobaConfig` key for key (a test checks), with a comment above each key or
+    group of keys; the comment block at the top of the file is not a key's.
+    """
+    text = (resources.files("coba_verl") / "config" / "coba" / "default.yaml").read_text(encoding="utf-8")
+    out: list[tuple[str, str, str]] = []
+    comment: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            comment = []
+        elif line.startswith("#"):
+            comment.append(line.lstrip("# ").strip())
+        else:
+            key, _, value = line.partition(":")
+            out.append((key.strip(), value.strip(), " ".join(comment)))
+            comment = []
+    return out
+
+
+def train_usage() -> str:
+    """`coba-verl train --help`: what the command does, the ``coba.*`` keys, where the rest is."""
+    keys = coba_keys()
+    width = max(len(f"coba.{k}={v}") for k, v, _ in keys) + 2
+    lines = [
+        "usage: coba-verl train [KEY=VALUE ...]",
+        "",
+        "Trains with veRL's synchronous GRPO trainer, every step's rollouts spread over its prompts",
+        "by CoBA-RL (per-prompt budgets B_i, sum = data.train_batch_size x actor_rollout_ref.rollout.n).",
+        "Same as `python -m coba_verl.main`: veRL's ppo_trainer config plus the `coba` group; every",
+        "veRL override works unchanged. The training parquet needs a unique extra_info.index per",
+        "prompt (`coba-verl data` writes such files).",
+        "",
+        "example:",
+        "  coba-verl train data.train_files=~/data/coba/gsm8k/train.parquet \\",
+        "      data.val_files=~/data/coba/gsm8k/test.parquet data.train_batch_size=128 \\",
+        "      actor_rollout_ref.rollout.n=16 actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\",
+        "      coba.strategy=coba",
+        "",
+        "coba.* keys (default, then meaning; full reference: coba_verl.core.config.CobaConfig):",
+    ]
+    for key, value, comment in keys:
+        lines.append(f"  {f'coba.{key}={value}':<{width}}{comment}".rstrip())
+    lines += [
+        "",
+        "veRL's full config (about 1,100 lines): coba-verl train --help-full",
+        "  (or python -m coba_verl.main --help); the composed config of a run: add --cfg job.",
+    ]
     return "\n".join(lines)
 
 
@@ -28,14 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         sys.stdout.write(_usage() + "\n")
         return 0
+    if args[0] in ("-V", "--version"):
+        sys.stdout.write(f"coba-verl {__version__}\n")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         sys.stderr.write(f"coba-verl: unknown command {name!r}\n{_usage()}\n")
         return 2
+    if name == "train" and ("-h" in rest or "--help" in rest):
+        sys.stdout.write(train_usage() + "\n")  # before importing veRL (seconds) and its config
+        return 0
     module = importlib.import_module(COMMANDS[name][0])
     if name == "train":
-        # Hydra reads sys.argv itself.
-        sys.argv = [f"coba-verl {name}", *rest]
+        # Hydra reads sys.argv itself; its --help prints veRL's whole config.
+        sys.argv = [f"coba-verl {name}", *("--help" if a == "--help-full" else a for a in rest)]
         result = module.main()
     else:
         result = module.main(rest)

@@ -31,3 +31,64 @@ def test_every_command_module_exposes_main():
 
     for module_name, _ in cli.COMMANDS.values():
         assert callable(importlib.import_module(module_name).main)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_flag_prints_the_installed_version(flag, capsys):
+    from importlib import metadata
+
+    import coba_verl
+
+    assert cli.main([flag]) == 0
+    assert capsys.readouterr().out == f"coba-verl {coba_verl.__version__}\n"
+    assert coba_verl.__version__ == metadata.version("coba-verl")  # pyproject and package agree
+
+
+def test_data_help_names_the_coba_verl_command(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["data", "--help"])
+    assert capsys.readouterr().out.startswith("usage: coba-verl data ")
+
+
+def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl():
+    import dataclasses
+    import subprocess
+    import sys
+
+    from coba_verl.core.config import CobaConfig
+
+    code = (
+        "import sys; from coba_verl import cli; cli.main(['train', '--help']); print('verl' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "usage: coba-verl train [KEY=VALUE ...]" and out[-1] == "False"
+    assert len(out) < 50
+    for f in dataclasses.fields(CobaConfig):
+        default = "null" if f.default is None else str(f.default)
+        assert any(
+            line.split()[0] == f"coba.{f.name}={default}" for line in out if line.startswith("  coba.")
+        ), f
+    assert any("coba-verl train --help-full" in line for line in out)
+    assert cli.main(["train", "-h"]) == 0
+
+
+def test_train_help_full_reaches_hydra_as_help(monkeypatch):
+    import sys
+    import types
+
+    seen = []
+    fake = types.SimpleNamespace(main=lambda: seen.append(list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", ["coba-verl"])
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
+    assert cli.main(["train", "--help-full", "coba.kappa=7"]) == 0
+    assert seen == [["coba-verl train", "--help", "coba.kappa=7"]]
+
+
+def test_coba_keys_follow_cobaconfig_fields_in_order():
+    import dataclasses
+
+    from coba_verl.core.config import CobaConfig
+
+    assert [k for k, _, _ in cli.coba_keys()] == [f.name for f in dataclasses.fields(CobaConfig)]
