@@ -1,0 +1,16 @@
+"""CoBA-RL for TRL: `CobaGRPOTrainer`, TRL's `GRPOTrainer` with a rollout budget per prompt.
+
+    from coba_verl.trl import CobaGRPOTrainer     # instead of: from trl import GRPOTrainer
+    trainer = CobaGRPOTrainer(..., coba_config=CobaConfig(), prompt_id_column="prompt_id")
+
+Needs the ``trl`` extra (``pip install "coba-verl[trl]"``, TRL 1.16). Modules:
+    trainer     `CobaGRPOTrainer`: the four TRL methods it extends, and the design.
+    groups      collapse / expand rows, TRL's advantage over variable groups.
+    checks      the refused configurations; prompt ids from the id column.
+    checkpoint  the allocator's side file in TRL's checkpoint folder.
+    arithmetic  the CPU lab's arithmetic task, tokenizer and tiny Qwen2 in TRL's terms.
+"""
+
+from coba_verl.trl.trainer import DEFAULT_ID_COLUMN, CobaGRPOTrainer
+
+__all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer"]

@@ -1,0 +1,266 @@
+"""`CobaGRPOTrainer`: TRL's `GRPOTrainer` with a CoBA-RL group size B_i per prompt (spec §1, §7).
+
+Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls TRL's own:
+
+``_generate_and_score_completions``  (train mode) gather the round's rows, collapse TRL's G copies
+                                     of each prompt into one, B = allocate(ids, M * G) on every
+                                     process, expand prompt i to B_i rows and keep this process's
+                                     slice; TRL generates and scores it; then the advantages over
+                                     the variable groups replace TRL's, the tracker gets one score
+                                     per completion, and the ``coba/`` metrics go to TRL's log.
+                                     Evaluation is TRL's, untouched.
+``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
+``_save_checkpoint``                 TRL's, then ``coba_allocator.npz`` in ``checkpoint-<step>/``.
+``_load_optimizer_and_scheduler``    TRL's, then the allocator from that file on resume.
+
+One generation round, G = num_generations = 4, two processes holding L = 6 rows each
+(M = 3 prompts, T = M * G = 12 rows; numbers are the prompt-id column)::
+
+    TRL's RepeatSampler rows        rank 0: [7 7 7 7 2 2]      rank 1: [2 2 5 5 5 5]
+    gather_object, collapse runs    [7 7 7 7 | 2 2 2 2 | 5 5 5 5]  ->  prompts [7, 2, 5]
+    allocate (same on every rank)   B = [2, 7, 3]                      sum = 12 = M * G
+    expand                          [7 7 | 2 2 2 2 2 2 2 | 5 5 5]
+    keep rows [r * L, (r + 1) * L)  rank 0: [7 7 2 2 2 2]      rank 1: [2 2 2 5 5 5]
+    TRL generates, scores, gathers  rewards (12, F) in the expanded order
+    group advantages                groups [0 0 1 1 1 1 1 1 1 2 2 2] -> (12,); rank r keeps its L
+    observe, end_step               tracker ids of the 12 rows, one score each
+
+Every process still holds L = per_device_train_batch_size * steps_per_generation rows, exactly
+as many as under stock TRL, so TRL's buffering (shuffle, split into steps_per_generation
+batches, reuse for num_iterations), its loss normalisation and gradient accumulation are
+unchanged. Only the prompt of each row differs: a group may straddle processes (prompt 2 above)
+and appear in several buffered batches, which is harmless because advantages come from the
+gathered rewards, as in stock TRL when per_device_train_batch_size < G.
+
+Allocation happens inside the round, not in a sampler, so it always uses the tracker as of the
+last round: accelerate's one-batch look-ahead and loader workers' prefetch only ever see TRL's
+plain repeated rows. One CoBA step (allocate, observe, ``end_step``) is one generation round,
+i.e. one optimiser step with TRL's defaults (steps_per_generation = gradient_accumulation_steps,
+num_iterations = 1).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+
+from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
+from coba_verl.trl.checkpoint import load_allocator, save_allocator
+from coba_verl.trl.checks import check_args, check_generation, prompt_id_map
+from coba_verl.trl.groups import collapse_runs, expand_rows, group_advantages, group_index
+from coba_verl.verl_plugin.metrics import PREFIX, step_metrics
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer"]
+
+#: Default name of the training-set column holding each prompt's stable id.
+DEFAULT_ID_COLUMN = "prompt_id"
+
+
+@dataclass
+class _Round:
+    """One generation round as planned before TRL generates it."""
+
+    allocation: Allocation  # budgets (M,) int64, sum == T
+    row_ids: np.ndarray  # (T,) int64 tracker id of every expanded row
+    local_rows: list[dict[str, Any]]  # (L,) this process's slice of the expanded rows
+    local_slice: slice  # its position in the round's T rows
+    plan_s: float  # wall time spent planning
+
+
+class CobaGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` whose training groups have a CoBA-RL budget B_i per prompt.
+
+    Construct it as a `GRPOTrainer` plus two keywords; ``num_generations`` becomes the mean
+    group size (the round spends M * num_generations completions, spec §1).
+
+    Args:
+        *args, **kwargs: as for `trl.GRPOTrainer`.
+        coba_config: The allocation knobs (`coba_verl.core.CobaConfig`, the dataclass the veRL
+            plugin uses); ``None`` uses its defaults (``strategy="coba"``, B in [2, 128]).
+        prompt_id_column: Column of ``train_dataset`` with a unique, stable id per prompt
+            (integers or strings), e.g. from ``dataset.map(lambda row, i: {"prompt_id": i},
+            with_indices=True)``. Pass rates are keyed by it, across epochs and resumes.
+
+    Attributes:
+        allocator: The run's `BudgetAllocator` (identical on every process).
+        last_allocation: The `Allocation` of the latest training round, or ``None``.
+
+    Raises:
+        TypeError: ``coba_config`` that is not a `CobaConfig`.
+        ValueError: before TRL loads the model when the arguments allow, for vLLM server mode;
+            a ``rollout_func``; ``coba_config.min_rollouts < 2``; ``num_generations`` outside
+            [min_rollouts, max_rollouts]; a generation_batch_size that does not split over
+            processes and steps_per_generation; ``remove_unused_columns=True``; no map-style
+            ``train_dataset``; a missing id column, ids that are not all int or all str, or a
+            repeated id.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        coba_config: CobaConfig | None = None,
+        prompt_id_column: str = DEFAULT_ID_COLUMN,
+        **kwargs: Any,
+    ) -> None:
+        given = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments
+        coba = CobaConfig() if coba_config is None else coba_config
+        if not isinstance(coba, CobaConfig):
+            raise TypeError(
+                f"coba_config must be a coba_verl.core.CobaConfig, got {type(coba).__name__}; for a mapping "
+                "use CobaConfig.from_mapping(...)."
+            )
+        check_generation(given.get("rollout_func"))
+        if given.get("args") is not None:
+            check_args(given["args"], coba)
+        id_map = prompt_id_map(given.get("train_dataset"), prompt_id_column)
+        super().__init__(*args, **kwargs)
+        check_args(self.args, coba)  # the arguments TRL defaulted or completed
+        self.coba_config = coba
+        self.prompt_id_column = prompt_id_column
+        self.coba_prompt_ids = id_map
+        self.allocator = BudgetAllocator(coba, num_prompts=id_map.num_prompts)
+        self.last_allocation: Allocation | None = None
+        self._round_rewards: torch.Tensor | None = None
+        logger.info(
+            "CoBA-RL for TRL: %d prompts keyed by %r, strategy=%s, B in [%d, %d], mean %d per prompt",
+            id_map.num_prompts,
+            prompt_id_column,
+            coba.strategy,
+            coba.min_rollouts,
+            coba.max_rollouts,
+            self.num_generations,
+        )
+
+    # ------------------------------------------------------------------ TRL extension points
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Train mode: TRL's generation and scoring of this process's rows of the budgeted round,
+        with advantages over the variable groups. Eval mode: TRL's, unchanged."""
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        plan = self._plan_round(inputs)
+        self._round_rewards = None
+        output = super()._generate_and_score_completions(plan.local_rows)
+        start = time.perf_counter()
+        rewards_per_func = self._round_rewards
+        assert rewards_per_func is not None, "TRL scored the round without _calculate_rewards"
+        assert rewards_per_func.shape[0] == plan.row_ids.size, "gathered rewards do not match the round"
+        advantages, is_std_zero = group_advantages(
+            rewards_per_func,
+            self.reward_weights,
+            plan.allocation.budgets,
+            scale_rewards=self.scale_rewards,
+            multi_objective_aggregation=self.multi_objective_aggregation,
+        )  # (T,), (T,)
+        output["advantages"] = advantages[plan.local_slice]
+        self._replace_trl_group_logs(advantages, is_std_zero)
+        self._observe(plan.row_ids, rewards_per_func)
+        metrics = step_metrics(plan.allocation, self.allocator.end_step())
+        metrics[PREFIX + "plugin_time_s"] = plan.plan_s + time.perf_counter() - start
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+        self.last_allocation = plan.allocation
+        self._round_rewards = None
+        return output
+
+    def _calculate_rewards(
+        self, inputs: list[dict[str, Any]], prompts: list, completions: list, completion_ids_list: list
+    ) -> torch.Tensor:
+        """TRL's rewards (T, F), gathered over processes; kept for the variable-group advantages."""
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._round_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL's checkpoint, then the allocator beside it (main process)."""
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            save_allocator(
+                folder,
+                self.allocator,
+                fingerprint=self.coba_prompt_ids.fingerprint,
+                id_column=self.prompt_id_column,
+            )
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """TRL's resume, then the allocator from the checkpoint (every process)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        if load_allocator(checkpoint, self.allocator, fingerprint=self.coba_prompt_ids.fingerprint):
+            logger.info(
+                "CoBA-RL allocator restored from %s (%d steps)", checkpoint, self.allocator.tracker.steps
+            )
+        else:
+            logger.warning("%s has no CoBA-RL allocator state: pass rates start empty.", checkpoint)
+
+    # ------------------------------------------------------------------ helpers
+    def _plan_round(self, inputs: list[dict[str, Any]]) -> _Round:
+        """Gather the round's rows, allocate over its prompts, expand, and cut this process's rows."""
+        start = time.perf_counter()
+        local_n = len(inputs)
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        rows = gather_object(list(inputs))  # (T,) process order = TRL's sampler order
+        if len(rows) != local_n * world:
+            raise RuntimeError(
+                f"processes hold different row counts: {len(rows)} rows over {world} processes."
+            )
+        column = self.prompt_id_column
+        heads = collapse_runs(
+            [row[column] for row in rows], self.num_generations
+        )  # (M,) first row per prompt
+        prompt_rows = [rows[i] for i in heads.tolist()]
+        ids = self.coba_prompt_ids.ids(row[column] for row in prompt_rows)  # (M,) tracker ids
+        allocation = self.allocator.allocate(ids, len(rows))
+        self._check_same_budgets(allocation.budgets)
+        local_slice = slice(rank * local_n, (rank + 1) * local_n)
+        local_rows = expand_rows(prompt_rows, allocation.budgets)[local_slice]  # (L,)
+        return _Round(
+            allocation=allocation,
+            row_ids=ids[group_index(allocation.budgets)],  # (T,)
+            local_rows=local_rows,
+            local_slice=local_slice,
+            plan_s=time.perf_counter() - start,
+        )
+
+    def _check_same_budgets(self, budgets: np.ndarray) -> None:
+        """Every process must expand the same budgets, or the round's rows would not add up."""
+        if self.accelerator.num_processes == 1:
+            return
+        mine = torch.as_tensor(budgets, dtype=torch.int64, device=self.accelerator.device)
+        every = self.accelerator.gather(mine).view(self.accelerator.num_processes, -1)  # (W, M)
+        if not bool((every == every[0]).all()):
+            raise RuntimeError(
+                "CoBA-RL budgets differ between processes; their allocators have diverged "
+                f"(budgets per process: {every.tolist()})."
+            )
+
+    def _replace_trl_group_logs(self, advantages: torch.Tensor, is_std_zero: torch.Tensor) -> None:
+        """TRL logged advantages and ``frac_reward_zero_std`` of fixed groups of G; log the real groups'."""
+        self._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
+        logged = self._logs["advantages"]
+        for _ in range(min(advantages.numel(), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+    def _observe(self, row_ids: np.ndarray, rewards_per_func: torch.Tensor) -> None:
+        """One score per completion: TRL's weighted reward sum; rows no reward function scored are skipped."""
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        scores = (rewards_per_func * weights).nansum(dim=1)  # (T,)
+        scored = ~torch.isnan(rewards_per_func).all(dim=1)  # (T,)
+        keep = scored.cpu().numpy()
+        self.allocator.observe(row_ids[keep], scores[scored].double().cpu().numpy())

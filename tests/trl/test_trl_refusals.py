@@ -1,0 +1,100 @@
+"""Every configuration `CobaGRPOTrainer` refuses, with the message it gives."""
+
+from __future__ import annotations
+
+import pytest
+from datasets import Dataset
+
+from coba_verl.core import CobaConfig
+from coba_verl.trl import CobaGRPOTrainer
+
+
+@pytest.mark.parametrize(
+    ("config_kwargs", "coba_fields", "message"),
+    [
+        (
+            dict(use_vllm=True, vllm_mode="server"),
+            {},
+            r"vllm_mode='server' is not supported by CobaGRPOTrainer: .* Use vllm_mode='colocate'",
+        ),
+        (
+            {},
+            dict(min_rollouts=1),
+            r"coba.min_rollouts=1 is below 2: .* Set CobaConfig\(min_rollouts=2\)",
+        ),
+        (
+            {},
+            dict(min_rollouts=5, max_rollouts=16),
+            r"num_generations=4 is the mean budget .* \[coba.min_rollouts, coba.max_rollouts\] = \[5, 16\]",
+        ),
+        ({}, dict(max_rollouts=3), r"num_generations=4 is the mean budget .* = \[2, 3\]"),
+        (
+            dict(remove_unused_columns=True),
+            {},
+            r"remove_unused_columns=True drops .* Set remove_unused_columns=False",
+        ),
+    ],
+)
+def test_refuses_grpo_configs_under_which_budgets_cannot_work(
+    make_trainer, grpo_config, config_kwargs, coba_fields, message
+):
+    coba = CobaConfig()
+    for name, value in coba_fields.items():  # set after construction: CobaConfig may refuse some itself
+        setattr(coba, name, value)
+    with pytest.raises(ValueError, match=message):
+        make_trainer(CobaGRPOTrainer, grpo_config(**config_kwargs), coba_config=coba)
+
+
+def test_refuses_a_round_that_does_not_split_over_processes_and_buffered_steps(make_trainer, grpo_config):
+    config = grpo_config()
+    config.generation_batch_size = 12  # TRL derived 16 = 16 rows * 1 process * 1 step
+    with pytest.raises(
+        ValueError,
+        match=r"generation_batch_size=12 must equal per_device_train_batch_size \* processes \* "
+        r"steps_per_generation = 16 \* 1 \* 1 = 16",
+    ):
+        make_trainer(CobaGRPOTrainer, config)
+
+
+def test_refuses_a_rollout_func(make_trainer):
+    with pytest.raises(ValueError, match=r"rollout_func is not supported by CobaGRPOTrainer"):
+        make_trainer(CobaGRPOTrainer, rollout_func=lambda prompts, trainer: {})
+
+
+@pytest.mark.parametrize(
+    ("dataset", "message"),
+    [
+        (
+            Dataset.from_dict({"prompt": ["1+1=", "2+2="]}),
+            r"train_dataset has no column 'prompt_id' \(columns: \['prompt'\]\)\. .*with_indices=True",
+        ),
+        (
+            Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3="], "prompt_id": [4, 9, 4]}),
+            r"column 'prompt_id' must identify each prompt, but rows 0 and 2 both have id 4",
+        ),
+        (
+            Dataset.from_dict({"prompt": ["1+1=", "2+2="], "prompt_id": [0.5, 1.5]}),
+            r"column 'prompt_id' holds \['float'\] values; prompt ids must be all integers or all strings",
+        ),
+        (
+            Dataset.from_dict({"prompt": ["1+1=", "2+2="], "prompt_id": [0, 1]}).to_iterable_dataset(),
+            r"CobaGRPOTrainer got an IterableDataset: .* needs a map-style datasets.Dataset",
+        ),
+    ],
+    ids=["missing", "repeated", "float", "iterable"],
+)
+def test_refuses_training_sets_without_unique_prompt_ids(make_trainer, dataset, message):
+    with pytest.raises(ValueError, match=message):
+        make_trainer(CobaGRPOTrainer, dataset=dataset)
+
+
+def test_reads_ids_from_the_named_column(make_trainer, toy):
+    dataset = toy.dataset().rename_column("prompt_id", "uid").map(lambda row: {"uid": f"q{row['uid']}"})
+    trainer = make_trainer(CobaGRPOTrainer, dataset=dataset, prompt_id_column="uid")
+    assert trainer.coba_prompt_ids.num_prompts == 4
+    assert trainer.coba_prompt_ids.ids(["q0", "q3"]).tolist() == [0, 3]
+
+
+def test_refuses_a_coba_config_that_is_not_the_dataclass(make_trainer):
+    with pytest.raises(TypeError, match=r"coba_config must be a coba_verl.core.CobaConfig, got dict"):
+        make_trainer(CobaGRPOTrainer, coba_config={"strategy": "coba"})
