@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -89,10 +91,19 @@ def test_mini_batches_take_one_optimiser_step_each_and_clip_against_the_old_poli
     assert metrics["actor/ppo_kl"] != 0.0  # later mini-batches see a policy that has moved
 
 
+_PROMPTS = [f"{d}+0=" for d in range(10)]
+
+
 def _constant_task_context(cfg: LabConfig):
     """Prompts 'd+0=' whose answer is always '7'; the warm start only teaches 'one digit, then <eos>'."""
-    prompts = [f"{d}+0=" for d in range(10)]
-    train = Split(prompts, ["7"] * 10, np.zeros(10, dtype=np.int64))
+    train = Split(_PROMPTS, ["7"] * 10, np.zeros(10, dtype=np.int64))
+    return build_context(cfg, 0, train, train, _format_only_state())
+
+
+@functools.cache
+def _format_only_state() -> dict[str, torch.Tensor]:
+    cfg = LabConfig(**TINY)
+    prompts = _PROMPTS
     tok = build_tokenizer()
     model = new_model(cfg, tok, 0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -104,8 +115,7 @@ def _constant_task_context(cfg: LabConfig):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return build_context(cfg, 0, train, train, state)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def test_grpo_loop_learns_a_trivially_learnable_task() -> None:
@@ -151,9 +161,10 @@ def test_allocating_strategies_move_budget_once_pass_rates_exist_and_spend_it_ex
 
 @pytest.mark.parametrize(("strategy", "uses_beta"), [("uniform", False), ("knapsack", False), ("coba", True)])
 def test_alpha_is_logged_only_when_a_beta_shaped_the_budgets(strategy: str, uses_beta: bool) -> None:
+    """Also runs through an explicit ``device`` (CPU here; the same path puts the model on ``cuda``)."""
     cfg = LabConfig(
         **TINY, runs=[strategy], n_train=10, n_eval=10, steps=6, prompts_per_step=5, rollouts_per_prompt=4,
-        eval_every=6, eval_samples=1,
+        eval_every=6, eval_samples=1, device="cpu",
     )  # fmt: skip
     rows: list[dict] = []
     train_run(cfg, _constant_task_context(cfg), RunSpec(strategy), rows.append)
@@ -195,17 +206,6 @@ def test_pass_histogram_bins_zero_quarters_and_one() -> None:
     rates = np.array([0.0, 0.1, 0.25, 0.5, 0.74, 0.99, 1.0, 1.0])
     assert pass_histogram(rates) == [1, 1, 1, 2, 1, 2]
     assert len(PASS_BINS) == 6
-
-
-def test_training_runs_on_the_configured_device() -> None:
-    """``device`` reaches the model and the sampler (CPU here; the same path runs on ``cuda``)."""
-    cfg = LabConfig(
-        **TINY, runs=["coba"], n_train=10, n_eval=10, steps=2, prompts_per_step=5, rollouts_per_prompt=4,
-        eval_every=2, eval_samples=1, device="cpu",
-    )  # fmt: skip
-    rows: list[dict] = []
-    train_run(cfg, _constant_task_context(cfg), RunSpec("coba"), rows.append)
-    assert rows[-1]["rollouts"] == 40
 
 
 def test_updates_per_step_sets_the_number_of_optimiser_steps(monkeypatch: pytest.MonkeyPatch) -> None:
