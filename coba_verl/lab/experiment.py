@@ -3,7 +3,9 @@
 Run folder::
 
     config.json, config.yaml   the resolved LabConfig, plus status (running/finished/interrupted)
-    metrics.jsonl, metrics.csv one row per run and step (step 0 = the warm start's evaluation)
+    metrics.jsonl              one row per run and step (step 0 = the warm start's evaluation), flushed
+                               as it goes
+    metrics.csv                the same rows' scalar columns, written at the end
     snapshots.jsonl            (p_hat_i, B_i) of every prompt at a few steps, per run
     warmstart.json             per seed: time, held-out accuracy per level, pass-rate histogram
     summary.txt, summary.json  the table printed at the end
@@ -42,14 +44,6 @@ __all__ = ["LabOutcome", "RunFolder", "run_lab", "read_metrics"]
 
 logger = logging.getLogger(__name__)
 
-CSV_FIELDS = (
-    "run", "strategy", "budget_scale", "seed", "step", "epoch", "rollouts", "total_budget", "train_acc",
-    "batch_pass_rate", "zero_grad_share", "zero_grad_rollout_share", "all_pass_share", "all_fail_share",
-    "fail_rate", "fail_rate_avg3", "alpha", "beta", "alloc_strategy", "tau",
-    "budget_min", "budget_max", "budget_std", "unseen_prompts", "pg_loss", "pg_clipfrac", "ppo_kl",
-    "grad_norm", "response_len", "gen_s", "update_s", "plugin_s", "step_s", "eval_acc",
-)  # fmt: skip
-
 
 def _jsonable(x: Any) -> Any:
     if isinstance(x, float) and math.isnan(x):
@@ -57,6 +51,10 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, np.generic):
         return _jsonable(x.item())
     return x
+
+
+def _isnan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
 
 
 def _from_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -81,17 +79,11 @@ class RunFolder:
         self.snaps: list[dict[str, Any]] = []
         self._jsonl: TextIO = open(self.path / "metrics.jsonl", "w")  # noqa: SIM115 - closed in close()
         self._snap: TextIO = open(self.path / "snapshots.jsonl", "w")  # noqa: SIM115
-        self._csv_file: TextIO = open(self.path / "metrics.csv", "w", newline="")  # noqa: SIM115
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        self._csv.writeheader()
-        self._csv_file.flush()
 
     def add_row(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         self._jsonl.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
         self._jsonl.flush()
-        self._csv.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
-        self._csv_file.flush()
 
     def add_snapshot(self, snap: dict[str, Any]) -> None:
         self.snaps.append(snap)
@@ -107,8 +99,17 @@ class RunFolder:
         (self.path / "config.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def close(self) -> None:
-        for f in (self._jsonl, self._snap, self._csv_file):
+        """Close the JSONL files; write ``metrics.csv`` (every scalar column, in first-seen order)."""
+        for f in (self._jsonl, self._snap):
             f.close()
+        columns = list(dict.fromkeys(k for r in self.rows for k, v in r.items() if not isinstance(v, list)))
+        with open(self.path / "metrics.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            for r in self.rows:
+                writer.writerow(
+                    {k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+                )
 
 
 @dataclass
