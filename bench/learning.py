@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (5+ for the published table)")
     p.add_argument("--runs", default=RUNS, help="strategy labels, as for `coba-verl lab --runs`")
     p.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the scenario's)")
-    p.add_argument("--device", default=None, help="torch device (default: the scenario's, cpu)")
+    p.add_argument("--device", default=None, help="torch device (default: the scenario's)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-<scenario>-<time>)")
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "coba_verl" / "lab")
     p.add_argument(
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = LabConfig.from_scenario(args.scenario, **kw)
     except ValueError as err:
         p.error(str(err))
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"device {cfg.device}: torch sees no CUDA device here; use --device cpu.")
     out = args.out or Path("runs") / time.strftime(f"bench-{args.scenario}-%Y%m%d-%H%M%S")
     outcome = run_lab(cfg, out, cache_dir=args.cache_dir, progress=sys.stderr.isatty())
     command = "python bench/learning.py " + " ".join(sys.argv[1:] if argv is None else argv)
