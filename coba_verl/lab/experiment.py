@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from coba_verl.lab.config import LabConfig
 from coba_verl.lab.plots import write_plots
 from coba_verl.lab.report import LEGEND, format_regime, format_table, regime, summarise
-from coba_verl.lab.runner import evaluate, new_model, prepare_seed, train_run
+from coba_verl.lab.runner import PASS_BINS, evaluate, new_model, pass_histogram, prepare_seed, train_run
 
 __all__ = ["LabOutcome", "RunFolder", "run_lab", "read_metrics"]
 
@@ -130,13 +130,6 @@ def _peak_rss_mb() -> float:
     return ru / (1024 * 1024) if sys.platform == "darwin" else ru / 1024
 
 
-def _histogram(rates: np.ndarray) -> dict[str, float]:
-    edges = [0.0, 1e-9, 0.2, 0.4, 0.6, 0.8, 1.0 - 1e-9, 1.0 + 1e-9]
-    names = ["0", "(0,.2)", "[.2,.4)", "[.4,.6)", "[.6,.8)", "[.8,1)", "1"]
-    counts, _ = np.histogram(rates, bins=edges)
-    return {n: float(c / max(1, rates.size)) for n, c in zip(names, counts, strict=True)}
-
-
 def run_lab(
     cfg: LabConfig,
     out_dir: Path,
@@ -176,7 +169,10 @@ def run_lab(
                 **ctx.info,
                 "eval_acc": ev0.acc,
                 "eval_acc_per_level": ev0.per_level,
-                "eval_pass_rate_histogram": _histogram(ev0.pass_rates),
+                "eval_pass_rate_histogram": {
+                    name: count / len(ev0.pass_rates)
+                    for name, count in zip(PASS_BINS, pass_histogram(ev0.pass_rates), strict=True)
+                },
             }
             folder.write_json("warmstart.json", warm_info)
             logger.info(
