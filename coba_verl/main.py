@@ -75,6 +75,12 @@ def run(config: DictConfig) -> None:
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
+    from coba_verl.cpu import launcher
+
+    if launcher.cpu_backend_enabled(config):
+        launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
+    else:
+        launcher.check_accelerator(config)
     auto_set_device(config)
     coba_config = prepare_config(config)
     check_plugin_loaded()

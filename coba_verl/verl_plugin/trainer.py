@@ -25,12 +25,14 @@ One step, M = 3 prompts, rollout.n = 4::
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections import Counter
 
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -42,6 +44,47 @@ from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.metrics import merge_allocations, step_metrics
 
 logger = logging.getLogger(__name__)
+
+#: The veRL methods `CobaTrainer` extends and the parameters it calls them with (veRL 0.9.1).
+EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
+    "_init_dataloader": ("self",),
+    "_init_resource_pool_mgr": ("self",),
+    "_submit_batch_to_rollout": ("self", "batch"),
+    "_compute_advantage": ("self", "batch", "metrics"),
+    "step": ("self", "metrics", "timing_raw"),
+}
+
+
+def check_verl_api(base: type = PPOTrainerSync) -> None:
+    """Refuse to load against a veRL whose trainer lacks a method we extend, or changed its parameters.
+
+    A renamed hook would otherwise be silently never called: budgets would stop reaching the
+    engine, or the tracker would stop learning, with no error.
+
+    Raises:
+        ImportError: naming the method, the signature found and the one expected.
+    """
+    import verl
+
+    for name, expected in EXTENDED_METHODS.items():
+        method = getattr(base, name, None)
+        if method is None:
+            raise ImportError(
+                f"veRL {verl.__version__}: {base.__name__}.{name} does not exist; coba-verl extends it "
+                "(tested with veRL 0.9.1). Install a veRL version that coba-verl supports: "
+                "pip install 'verl==0.9.1'."
+            )
+        found = tuple(inspect.signature(method).parameters)
+        if found != expected:
+            raise ImportError(
+                f"veRL {verl.__version__}: {base.__name__}.{name}{inspect.signature(method)} differs from "
+                f"the ({', '.join(expected)}) that coba-verl extends (tested with veRL 0.9.1). "
+                "Install a veRL "
+                "version that coba-verl supports: pip install 'verl==0.9.1'."
+            )
+
+
+check_verl_api()
 
 
 @register_trainer(COBA_TRAINER_MODE)
@@ -65,7 +108,9 @@ class CobaTrainer(PPOTrainerSync):
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
-        self._prompt_of_uid: dict[str, int] = {}  # uid -> tracker id, prompts submitted this step
+        # uid -> (tracker id, B_i) of every submitted group not yet trained on. A group that
+        # arrives in a later step than it was submitted stays here until it does.
+        self._pending: dict[str, tuple[int, int]] = {}
         self._allocations: list[Allocation] = []  # this step's allocations, one per submission
 
     @property
@@ -78,6 +123,13 @@ class CobaTrainer(PPOTrainerSync):
         super()._init_dataloader()
         self.train_dataloader = CobaDataLoader.wrap(self.train_dataloader, self.coba_config)
 
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        if OmegaConf.select(self.config, "coba_cpu.enable"):
+            from coba_verl.cpu.workers import use_gloo_workers
+
+            use_gloo_workers(self.role_worker_mapping)
+
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
         """Set ``__rollout_n__`` (int64 [M]) from the allocator, then submit as veRL does."""
         ids = self.train_dataloader.prompt_ids.ids(list(batch["index"]))  # (M,) tracker ids
@@ -85,7 +137,8 @@ class CobaTrainer(PPOTrainerSync):
         allocation = self.allocator.allocate(ids, len(batch) * rollout_n)
         check_total(int(allocation.budgets.sum()), len(batch), rollout_n)
         batch["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
-        self._prompt_of_uid.update(zip(map(str, batch["uid"]), ids.tolist(), strict=True))
+        groups = zip(ids.tolist(), allocation.budgets.tolist(), strict=True)  # (tracker id, B_i)
+        self._pending.update(zip(map(str, batch["uid"]), groups, strict=True))
         self._allocations.append(allocation)
         return super()._submit_batch_to_rollout(batch)
 
@@ -102,16 +155,23 @@ class CobaTrainer(PPOTrainerSync):
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
         self._allocations.clear()
-        self._prompt_of_uid.clear()
+        if self._pending:
+            logger.warning(
+                "%d submitted prompt groups have not reached training yet (first uids %s); they feed "
+                "the tracker in the step that trains on them",
+                len(self._pending),
+                list(self._pending)[:3],
+            )
         return batch
 
     # ------------------------------------------------------------------ helpers
     def _observe(self, batch: KVBatchMeta) -> None:
-        """Record one score per finished session: the sum of rm_scores of its final output.
+        """Check each group's session count against its B_i, then record one score per session.
 
         Keys are ``{uid}_{session}_{output}``; multi-output agent loops score the final output
         (as veRL's multi-trajectory GRPO does). Padding rows added by veRL's batch balancing are
-        skipped.
+        skipped. A group whose number of finished sessions differs from its budget means that the
+        rollout engine did not honour ``__rollout_n__``: that is an error, not a warning.
         """
         final: dict[str, tuple[int, str]] = {}  # "{uid}_{session}" -> (output index, key)
         for key, tag in zip(batch.keys, batch.tags, strict=True):
@@ -123,16 +183,31 @@ class CobaTrainer(PPOTrainerSync):
                 final[session_key] = (int(output), key)
         keys = [key for _, key in final.values()]
         uids = [key.rsplit("_", 2)[0] for key in keys]
-        unknown = sorted({uid for uid in uids if uid not in self._prompt_of_uid})
+        sessions = Counter(uids)  # uid -> finished sessions in this batch
+        unknown = sorted(uid for uid in sessions if uid not in self._pending)
         if unknown:
             logger.warning(
-                "ignoring %d trajectory groups not submitted this step: %s", len(unknown), unknown[:3]
+                "ignoring %d trajectory groups that were not submitted through the allocator (e.g. "
+                "replayed by skip.rollout_tq): %s",
+                len(unknown),
+                unknown[:3],
             )
-            keep = [i for i, uid in enumerate(uids) if uid in self._prompt_of_uid]
-            keys, uids = [keys[i] for i in keep], [uids[i] for i in keep]
+        for uid in sorted(set(sessions) - set(unknown)):
+            expected = self._pending[uid][1]
+            if sessions[uid] != expected:
+                raise RuntimeError(
+                    f"prompt group uid={uid} finished {sessions[uid]} sessions but was allocated "
+                    f"B_i={expected} rollouts: the rollout engine did not honour __rollout_n__. A custom "
+                    "agent_loop_manager_class must generate batch['__rollout_n__'][i] sessions for prompt i, "
+                    "as veRL's AgentLoopWorkerTQ does."
+                )
+        keep = [i for i, uid in enumerate(uids) if uid in self._pending]
+        keys, uids = [keys[i] for i in keep], [uids[i] for i in keep]
         if not keys:
             return
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
         scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-        ids = np.asarray([self._prompt_of_uid[uid] for uid in uids], dtype=np.int64)  # (R,)
+        ids = np.asarray([self._pending[uid][0] for uid in uids], dtype=np.int64)  # (R,)
         self.allocator.observe(ids, scores)
+        for uid in set(uids):
+            del self._pending[uid]

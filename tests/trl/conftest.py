@@ -11,17 +11,26 @@ and a reward whose pass rate differs by prompt.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-from datasets import Dataset
-from transformers import PreTrainedTokenizerFast
-from trl import GRPOConfig, GRPOTrainer
+#: Where the test install puts TRL, outside the environment veRL's processes import from: veRL
+#: 0.9.1's FSDP engine imports TRL's PPO value head whenever TRL is importable, and TRL 1.16 no
+#: longer has it (README, "Use with TRL"). Only the TRL tests put it on their path.
+TRL_SITE = Path(__file__).resolve().parents[2] / ".trl-site"
+if TRL_SITE.is_dir() and str(TRL_SITE) not in sys.path:
+    sys.path.insert(0, str(TRL_SITE))
 
-from coba_verl.lab.model import ModelSpec
-from coba_verl.trl.arithmetic import build_hf_tokenizer, build_tiny_qwen2
+import pytest  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from coba_verl.lab.model import ModelSpec  # noqa: E402
+from coba_verl.trl.arithmetic import build_hf_tokenizer, build_tiny_qwen2  # noqa: E402
 
 TINY = ModelSpec(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 PROMPTS = ["1+1=", "9*9=", "2+3=", "7-4="]

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import trl
 
 SCRIPT = Path(__file__).with_name("two_process_run.py")
 
@@ -33,7 +34,9 @@ def test_two_processes_allocate_the_same_budgets_and_generate_each_completion_on
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()), str(SCRIPT), str(tmp_path),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    trl_site = str(Path(trl.__file__).resolve().parents[1])  # where this process found TRL (conftest)
+    path = os.pathsep.join(p for p in (trl_site, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

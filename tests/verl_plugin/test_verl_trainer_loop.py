@@ -458,3 +458,35 @@ def test_allocation_that_misses_m_times_n_is_refused_before_generation(
     batch = trainer._next_train_batch()
     with pytest.raises(ValueError, match="spends 15 rollouts"):
         trainer._submit_batch_to_rollout(batch)
+
+
+class RolloutNIgnoringManager(InlineAgentLoopManager):
+    """An agent-loop manager that drops ``__rollout_n__``: every prompt gets ``rollout.n`` sessions."""
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        if "__rollout_n__" in prompts.keys():
+            del prompts["__rollout_n__"]
+        super().generate_sequences(prompts)
+
+
+def test_session_count_check_fires_when_the_engine_ignores_rollout_n(
+    transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """Epoch 1 is a uniform cold start (B_i = n, so nothing differs); in epoch 2 the budgets differ
+    from n and the first group that comes back with n sessions stops the run, naming it."""
+    config = loop_config(small_config, tmp_path / "ckpt")
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "metrics.jsonl"))
+    clear_transfer_queue(transfer_queue)
+    trainer = CobaTrainer(config)
+    trainer.tokenizer, trainer.processor = tiny_tokenizer, None
+    trainer._init_dataloader()
+    trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
+    trainer.actor_rollout_wg = CpuActorWorkerGroup(transfer_queue)
+    trainer.checkpoint_manager = NoWeightSync()
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
+    trainer._load_checkpoint()
+    with pytest.raises(RuntimeError, match=r"finished 4 sessions but was allocated B_i=\d+ rollouts: the "
+                       r"rollout engine did not honour __rollout_n__"):
+        trainer.fit(RolloutNIgnoringManager(config, tiny_tokenizer))
+    assert trainer.global_steps > PROMPTS_PER_STEP - 1  # it got past the uniform first epoch

@@ -1,0 +1,18 @@
+"""A CPU backend for veRL 0.9's V1 trainer, so its real pipeline runs (and is tested) without GPUs.
+
+Switched on with the ``coba_cpu=cpu`` config group (``+coba_cpu=cpu``, ``coba-verl train --cpu``,
+or the tiny recipe in ``recipes/tiny_cpu``); off by default. Pieces, each through a veRL
+extension point:
+
+`platform`      veRL platform ``cpu`` (gloo, logical Ray ``GPU`` slots), `device` its torch module
+`registration`  loaded by veRL in every process: platform, FSDP engine for ``cpu``, rollout ``hf``
+`rollout`       the ``hf`` rollout: transformers generation behind veRL's router
+`workers`       veRL's trainer worker with a gloo-only process group
+`launcher`      start-up checks and Ray counts (also: a GPU run on a machine without GPUs stops)
+`tiny`          the tiny recipe's data, warm-started model and reward
+"""
+
+#: The platform name ``VERL_PLATFORM`` selects.
+PLATFORM_NAME = "cpu"
+#: The rollout name (``actor_rollout_ref.rollout.name``).
+ROLLOUT_NAME = "hf"

@@ -1,0 +1,117 @@
+"""Start-up checks and settings for veRL runs: the CPU backend on, or a GPU run on a GPU machine.
+
+Called by ``python -m coba_verl.main`` before veRL's ``run_ppo`` starts Ray:
+
+- `prepare_cpu_run` (``coba_cpu.enable=true``, the ``coba_cpu=cpu`` group): refuses when CUDA is
+  present and ``coba_cpu.allow_with_cuda`` is false; points every process at the ``cpu``
+  platform (``VERL_PLATFORM=cpu``) and at `coba_verl.cpu.registration`
+  (``VERL_USE_EXTERNAL_MODULES``, which veRL imports on ``import verl``); and makes veRL's own
+  ``ray.init`` start Ray with ``num_gpus`` = trainer slots (logical) and
+  ``num_cpus`` = ``coba_cpu.ray_num_cpus``, so that veRL's placement groups fit on a laptop.
+- `check_accelerator` (every other run): a GPU recipe on a machine without GPUs stops at once
+  with a message, instead of waiting forever for a placement group Ray cannot satisfy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from coba_verl.cpu import PLATFORM_NAME
+
+logger = logging.getLogger(__name__)
+
+#: Module veRL imports in every process when named in ``VERL_USE_EXTERNAL_MODULES``.
+REGISTRATION_MODULE = "coba_verl.cpu.registration"
+CPU_RECIPE_HINT = (
+    "To see the pipeline run on CPU, use the tiny CPU recipe (python -m coba_verl.cpu.tiny, then "
+    "bash recipes/tiny_cpu/run.sh) or add +coba_cpu=cpu to a config for a tiny model."
+)
+
+
+def cpu_backend_enabled(config: DictConfig) -> bool:
+    """True when the ``coba_cpu`` group is selected (``coba_cpu.enable=true``)."""
+    return bool(OmegaConf.select(config, "coba_cpu.enable"))
+
+
+def _cuda_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cpu_environment() -> dict[str, str]:
+    """Environment every veRL process of a CPU run needs (driver, TaskRunner, Ray workers)."""
+    modules = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    if REGISTRATION_MODULE not in modules:
+        modules.append(REGISTRATION_MODULE)
+    return {"VERL_PLATFORM": PLATFORM_NAME, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
+
+
+def prepare_cpu_run(config: DictConfig) -> None:
+    """Refuse an accidental CPU run on a GPU machine, then set platform, plugins and Ray counts.
+
+    Raises:
+        RuntimeError: CUDA is available and ``coba_cpu.allow_with_cuda`` is false.
+        ValueError: a setting of the ``coba_cpu`` group was overridden to something veRL cannot run on CPU.
+    """
+    if _cuda_present() and not config.coba_cpu.allow_with_cuda:
+        raise RuntimeError(
+            "coba_cpu.enable=true (the CPU backend) was selected on a machine where torch sees CUDA. "
+            "Drop +coba_cpu=cpu to train on the GPU, or set coba_cpu.allow_with_cuda=true to run on CPU "
+            "anyway."
+        )
+    expected = {
+        "trainer.device": "cpu",
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.actor.strategy": "fsdp2",
+    }
+    for key, value in expected.items():
+        got = OmegaConf.select(config, key)
+        if got != value:
+            raise ValueError(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
+
+    env = cpu_environment()
+    os.environ.update(env)
+    import verl.plugin.platform.platform_manager as platform_manager
+
+    import coba_verl.cpu.registration  # noqa: F401  (this process: platform, engine, rollout)
+    from coba_verl.cpu.platform import PlatformCPU
+
+    if platform_manager._current_platform is None or platform_manager._current_platform.device_name != "cpu":
+        platform_manager.set_platform(PlatformCPU())
+
+    slots = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        ray_init.num_cpus = max(int(ray_init.num_cpus or 0), int(config.coba_cpu.ray_num_cpus))
+        ray_init.num_gpus = slots
+        env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}
+        ray_init.runtime_env.env_vars = {**env_vars, **env}
+    logger.info(
+        "CPU backend: Ray with %d logical CPUs and %d trainer slots; %s", ray_init.num_cpus, slots, env
+    )
+
+
+def check_accelerator(config: DictConfig) -> None:
+    """Refuse a GPU run on a machine without GPUs, before Ray starts (it would wait forever).
+
+    A run that joins an existing Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
+    is left to veRL: the GPUs may be on other nodes.
+
+    Raises:
+        RuntimeError: no CUDA/NPU device is visible and no Ray cluster address is given.
+    """
+    from verl.utils.device import is_npu_available
+
+    if os.environ.get("RAY_ADDRESS") or OmegaConf.select(config, "ray_kwargs.ray_init.address"):
+        return
+    if _cuda_present() or is_npu_available:
+        return
+    raise RuntimeError(
+        f"no GPU found: torch sees no CUDA device, and this run asks for trainer.n_gpus_per_node="
+        f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
+        f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
+    )

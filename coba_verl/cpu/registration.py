@@ -1,0 +1,43 @@
+"""What the CPU backend registers with veRL, in every process that imports veRL.
+
+Named in ``VERL_USE_EXTERNAL_MODULES`` by the launcher (`coba_verl.cpu.launcher`), so veRL's own
+``import verl`` loads it in the driver, the TaskRunner and every Ray worker, before any code asks
+for the platform. Nothing of veRL is patched; each line uses a veRL registry:
+
+- ``PlatformRegistry``: `PlatformCPU` as ``cpu`` (selected by ``VERL_PLATFORM=cpu``);
+- ``EngineRegistry``: veRL's FSDP language-model engine for device ``cpu`` (veRL registers it
+  for ``cuda`` and ``npu`` only; FSDP2 itself runs on CPU tensors over gloo);
+- ``RolloutReplicaRegistry``: `HFReplica` as rollout ``hf``;
+- the rollout-adapter table of ``verl.workers.rollout.base`` (``_ROLLOUT_REGISTRY``, veRL's
+  name -> class table for the worker-side engine): ``("hf", "async")`` -> `HFServerAdapter`.
+"""
+
+from __future__ import annotations
+
+# The platform first: importing veRL's engines asks for the platform at module level.
+from coba_verl.cpu import PLATFORM_NAME, ROLLOUT_NAME  # isort: skip
+from coba_verl.cpu.platform import PlatformCPU  # isort: skip
+
+from verl.workers.engine.base import EngineRegistry  # noqa: E402
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: E402
+from verl.workers.rollout import base as rollout_base  # noqa: E402
+from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: E402
+
+__all__ = ["PlatformCPU"]
+
+_engines = EngineRegistry._engines["language_model"]
+for _backend in ("fsdp", "fsdp2"):
+    if PLATFORM_NAME not in _engines.get(_backend, {}):
+        EngineRegistry.register(model_type="language_model", backend=_backend, device=PLATFORM_NAME)(
+            FSDPEngineWithLMHead
+        )
+
+
+def _load_hf_replica() -> type:
+    from coba_verl.cpu.rollout import HFReplica
+
+    return HFReplica
+
+
+RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "coba_verl.cpu.rollout.HFServerAdapter"

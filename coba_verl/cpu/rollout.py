@@ -1,0 +1,383 @@
+"""The ``hf`` rollout for veRL's V1 trainer: a transformers model behind veRL's LLM router.
+
+veRL's agent loop reaches an inference engine through one call, ``server.generate(request_id,
+prompt_ids, sampling_params, ...) -> TokenOutput`` (``verl/workers/rollout/llm_server.py``), made
+on a Ray actor that a `RolloutReplica` launched. vLLM and SGLang do not install beside veRL 0.9
+on a CPU-only machine, so this module provides the three pieces veRL asks of a rollout engine,
+registered under the name ``hf`` (``actor_rollout_ref.rollout.name=hf``, see `registration`):
+
+`HFReplica`        ``RolloutReplica``: launches one `HFServer` actor per replica (hybrid mode:
+                   the replica's trainer workers hold the weights, the server holds a copy).
+`HFServer`         the Ray actor veRL's router calls. Concurrent ``generate`` calls are batched
+                   into one forward pass per token (KV cache, left padding); sampling honours
+                   temperature (0 = greedy), top-k, top-p, ``max_tokens`` and stop tokens.
+`HFServerAdapter`  ``BaseRollout`` inside each trainer worker: veRL's naive checkpoint engine
+                   pushes the actor's full weights through ``update_weights`` after every step;
+                   the replica's first rank forwards them to its server (every rank consumes the
+                   generator, whose FSDP all-gathers are collective).
+
+Sampling is reproducible for a given model: the draws of a request come from a generator
+seeded by ``(rollout.seed, weight version, prompt token ids, k)`` where k counts identical
+requests since the last weight update, so the ``B_i`` sessions of one prompt get ``B_i``
+distinct, repeatable samples whatever order the agent loop sends them in.
+
+Log-probs are ``log_softmax(logits / temperature)`` of the sampled token, the quantity veRL's
+actor recomputes (its ``compute_log_prob`` divides the logits by the same temperature).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+import torch.nn.functional as F
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+
+def server_name(replica_rank: int) -> str:
+    """Ray actor name of the `HFServer` of replica ``replica_rank``."""
+    return f"coba_hf_server_{replica_rank}"
+
+
+def request_seed(base_seed: int, version: int, prompt_ids: Iterable[int], k: int) -> int:
+    """63-bit seed of the k-th request for ``prompt_ids`` under weight version ``version``."""
+    text = f"{base_seed}|{version}|{k}|{','.join(map(str, prompt_ids))}"
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask logits outside each row's top-k and nucleus (top-p) with -inf.
+
+    Args:
+        logits: (R, V) float, already divided by the temperature.
+        top_k: (R,) int64, <= 0 keeps every token.
+        top_p: (R,) float in (0, 1]; 1 keeps every token.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (R, V)
+    rank = torch.arange(logits.shape[-1]).expand_as(logits)  # (R, V) 0, 1, 2, ...
+    drop = (top_k[:, None] > 0) & (rank >= top_k[:, None])
+    probs = sorted_logits.softmax(-1)
+    mass_before = probs.cumsum(-1) - probs  # probability of the tokens ranked above
+    drop |= mass_before >= top_p[:, None]  # the top token is always kept (mass_before = 0)
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    want_logprobs: bool
+    stop_ids: frozenset[int]
+    seed: int
+    future: asyncio.Future = field(repr=False)
+
+
+@torch.no_grad()
+def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) -> list[TokenOutput]:
+    """Sample every request in one batched decode (left padding, KV cache).
+
+    Row r draws its t-th token by inverse-CDF with ``u[r, t]`` from its own seeded generator, so
+    a row's sample does not depend on which other requests share the batch.
+    """
+    from transformers.cache_utils import DynamicCache
+
+    r = len(requests)
+    width = max(len(q.prompt_ids) for q in requests)
+    steps = max(q.max_tokens for q in requests)
+    ids = torch.full((r, width), pad_id, dtype=torch.long)  # (R, P) left-padded
+    mask = torch.zeros((r, width), dtype=torch.long)
+    for i, q in enumerate(requests):
+        ids[i, width - len(q.prompt_ids) :] = torch.tensor(q.prompt_ids)
+        mask[i, width - len(q.prompt_ids) :] = 1
+    u = torch.stack([torch.rand(steps, generator=torch.Generator().manual_seed(q.seed)) for q in requests])
+    temperature = torch.tensor([q.temperature for q in requests], dtype=torch.float32)  # (R,)
+    greedy = temperature <= 0
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    top_k = torch.tensor([q.top_k for q in requests], dtype=torch.long)
+    top_p = torch.tensor([q.top_p for q in requests], dtype=torch.float32)
+    limit = torch.tensor([q.max_tokens for q in requests])
+
+    cache = DynamicCache()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [0, 0, 1, 1, 1] -> [0, 0, 0, 1, 2]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+    last_pos = pos[:, -1:]
+    done = torch.zeros(r, dtype=torch.bool)
+    tokens: list[list[int]] = [[] for _ in range(r)]
+    logprobs: list[list[float]] = [[] for _ in range(r)]
+    for t in range(steps):
+        logits = out.logits[:, -1, :].float() / scale  # (R, V)
+        logp = F.log_softmax(logits, -1)
+        probs = filter_logits(logits, top_k, top_p).softmax(-1)
+        cdf = probs.cumsum(-1)
+        drawn = torch.searchsorted(cdf, (u[:, t] * cdf[:, -1])[:, None]).squeeze(-1)
+        drawn = drawn.clamp(max=logits.shape[-1] - 1)
+        nxt = torch.where(greedy, logits.argmax(-1), drawn)  # (R,)
+        for i in range(r):
+            if done[i]:
+                continue
+            tok = int(nxt[i])
+            tokens[i].append(tok)
+            logprobs[i].append(float(logp[i, tok]))
+            if tok in requests[i].stop_ids or len(tokens[i]) >= limit[i]:
+                done[i] = True
+        if bool(done.all()):
+            break
+        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
+        mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype)], dim=1)
+        last_pos = last_pos + 1
+        out = model(
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=last_pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
+    return [
+        TokenOutput(
+            token_ids=tokens[i],
+            log_probs=logprobs[i] if q.want_logprobs else None,
+            stop_reason="completed",
+        )
+        for i, q in enumerate(requests)
+    ]
+
+
+class HFServer:
+    """A transformers causal LM serving veRL's token-in/token-out ``generate`` (a Ray actor).
+
+    Args:
+        config: veRL's ``RolloutConfig`` (``prompt_length``, ``response_length``, ``max_num_seqs``,
+            ``seed``, ``calculate_log_probs``...).
+        model_config: veRL's ``HFModelConfig``; the model is loaded from ``local_path`` in float32.
+        replica_rank: the replica this server belongs to.
+    """
+
+    def __init__(
+        self, config: Any, model_config: Any, replica_rank: int, batch_wait_s: float = 0.005
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
+        torch.set_num_threads(1)
+        if not isinstance(model_config, HFModelConfig):  # the replica passes the model's DictConfig
+            model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.config = config
+        self.replica_rank = replica_rank
+        self.batch_wait_s = batch_wait_s
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_config.local_path, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        tokenizer = model_config.tokenizer
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer is not None and tokenizer.eos_token_id is not None:
+            eos_ids.add(int(tokenizer.eos_token_id))
+        self.eos_ids = frozenset(eos_ids)
+        pad = tokenizer.pad_token_id if tokenizer is not None else None
+        self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
+        self.global_steps: int | None = None
+        self._version = 0
+        self._draws: Counter[tuple[int, ...]] = Counter()
+        self._pending: list[_Request] = []
+        self._serving: asyncio.Task | None = None
+        self.requests_served = 0
+        self.batches_served = 0
+
+    # ------------------------------------------------------------------ generation
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: Any = None,
+        video_data: Any = None,
+        audio_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        """Sample one continuation of ``prompt_ids``; same contract as veRL's vLLM server."""
+        if image_data is not None or video_data is not None or audio_data is not None:
+            raise ValueError("the hf rollout serves text-only models; got image/video/audio data")
+        request = self._make_request(list(map(int, prompt_ids)), dict(sampling_params))
+        self._pending.append(request)
+        if self._serving is None or self._serving.done():
+            self._serving = asyncio.get_running_loop().create_task(self._serve())
+        output = await request.future
+        output.extra_fields = {"global_steps": self.global_steps}
+        return output
+
+    def _make_request(self, prompt_ids: list[int], params: dict[str, Any]) -> _Request:
+        cfg = self.config
+        if float(params.pop("repetition_penalty", 1.0)) != 1.0:
+            raise ValueError("the hf rollout does not implement repetition_penalty != 1.0")
+        room = cfg.prompt_length + cfg.response_length - len(prompt_ids)
+        max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
+        if max_tokens is None:
+            max_tokens = min(cfg.response_length, room)
+        max_tokens = max(1, min(int(max_tokens), max(room, 1)))
+        stop = set() if params.pop("ignore_eos", False) else set(self.eos_ids)
+        stop |= set(params.pop("stop_token_ids", None) or [])
+        key = tuple(prompt_ids)
+        k = self._draws[key]
+        self._draws[key] += 1
+        top_k = params.pop("top_k", -1)
+        return _Request(
+            prompt_ids=prompt_ids,
+            max_tokens=max_tokens,
+            temperature=float(params.pop("temperature", 1.0)),
+            top_k=int(top_k) if top_k is not None else -1,
+            top_p=float(params.pop("top_p", 1.0)),
+            want_logprobs=bool(params.pop("logprobs", False)),
+            stop_ids=frozenset(stop),
+            seed=request_seed(int(cfg.seed), self._version, prompt_ids, k),
+            future=asyncio.get_running_loop().create_future(),
+        )
+
+    async def _serve(self) -> None:
+        """Drain the queue: wait a moment for concurrent requests, then decode them together."""
+        while self._pending:
+            await asyncio.sleep(self.batch_wait_s)
+            limit = max(1, int(self.config.max_num_seqs))
+            batch, self._pending = self._pending[:limit], self._pending[limit:]
+            try:
+                outputs = await asyncio.to_thread(sample_batch, self.model, batch, self.pad_id)
+            except Exception as exc:  # hand the failure to every waiting caller
+                for request in batch:
+                    request.future.set_exception(exc)
+                continue
+            self.requests_served += len(batch)
+            self.batches_served += 1
+            for request, output in zip(batch, outputs, strict=True):
+                request.future.set_result(output)
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> None:
+        """Load the actor's full weights (HF parameter names), then count a new weight version."""
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - tied:
+            raise ValueError(
+                f"weights from the actor do not match the rollout model: missing "
+                f"{sorted(set(missing) - tied)}, "
+                f"unexpected {sorted(unexpected)}"
+            )
+        self.global_steps = global_steps
+        self._version += 1
+        self._draws.clear()
+
+    def stats(self) -> dict[str, Any]:
+        """Requests and batches served, weight version and global step (for tests and logs)."""
+        return {
+            "requests": self.requests_served,
+            "batches": self.batches_served,
+            "version": self._version,
+            "global_steps": self.global_steps,
+        }
+
+    @torch.no_grad()
+    def token_logprobs(
+        self, prompt_ids: list[int], response_ids: list[int], temperature: float = 1.0
+    ) -> list[float]:
+        """log pi(response_t | prompt, response_<t) under the served weights (for checks)."""
+        ids = torch.tensor([prompt_ids + response_ids])
+        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
+        return F.log_softmax(logits, -1).gather(-1, torch.tensor(response_ids)[:, None]).squeeze(-1).tolist()
+
+    # ------------------------------------------------------------------ engine control (no device memory)
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None
+
+    async def sleep(self) -> None:
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False) -> None:
+        return None
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class HFReplica(RolloutReplica):
+    """One `HFServer` per replica; the replica's trainer workers (hybrid mode) push its weights."""
+
+    async def launch_servers(self) -> None:
+        if self.world_size != 1 or self.nnodes != 1:
+            raise ValueError(
+                "the hf rollout serves one process per replica: set actor_rollout_ref.rollout."
+                f"tensor_model_parallel_size=1 (and data/pipeline parallel 1); got world size "
+                f"{self.world_size}"
+            )
+        server = (
+            ray.remote(HFServer)
+            .options(name=server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        )
+        await server.stats.remote()  # surfaces a failed model load here, not at the first request
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"hf-replica-{self.replica_rank}"
+
+
+class HFServerAdapter(BaseRollout):
+    """The rollout engine object inside a trainer worker: forwards weights to its `HFServer`."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
+        super().__init__(config, model_config, device_mesh)
+        import os
+
+        rank = int(os.environ.get("RANK", 0))
+        self.replica_rank = rank if replica_rank == -1 else replica_rank  # one rank per replica
+        self.is_leader_rank = True
+        self._server: ray.actor.ActorHandle | None = None
+
+    def _server_handle(self) -> ray.actor.ActorHandle:
+        if self._server is None:
+            self._server = ray.get_actor(server_name(self.replica_rank))
+        return self._server
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        wire_format: str = "named_tensors",
+        global_steps: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise ValueError(f"the hf rollout takes full named tensors, got wire_format={wire_format!r}")
+        state = {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in weights}
+        await self._server_handle().update_weights.remote(state, global_steps)

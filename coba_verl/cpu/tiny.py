@@ -1,0 +1,164 @@
+"""The tiny CPU recipe's task, model and reward: the lab's arithmetic as a veRL dataset.
+
+``python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu`` writes, with nothing
+downloaded::
+
+    train.parquet, test.parquet   veRL RL parquet (prompt, reward_model.ground_truth,
+                                  extra_info.index): the lab's generated arithmetic (`lab.task`)
+    model/                        a from-scratch Qwen2 (about 0.1 M parameters) and its tokenizer,
+                                  warm-started by the lab's supervised fit until its pass rates
+                                  span easy (short sums) to never solved (three-by-two products)
+
+The tokenizer is byte-level BPE without merges (one token per character) plus the special tokens
+``<pad> <bos> <eos> <|endoftext|> <|im_start|> <|im_end|>``. veRL treats a ``qwen2`` model as
+ChatML and needs ``"\\n"`` and ``<|im_end|>`` to be single tokens (its continuous-token builder),
+and transformers loads ``Qwen2Tokenizer`` for such a folder. The chat template renders a prompt
+exactly as the lab encodes it, so the warm start and veRL see the same token ids::
+
+    [{"role": "user", "content": "47*8="}]  ->  "<bos>47*8="  ->  [1, 25, 28, 15, 29, 34]
+
+The reward (`compute_score`, ``reward.custom_reward_function.path=pkg://coba_verl.cpu.tiny``) is
+the lab's `verify`: 1.0 iff the decoded response is exactly the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DATA_SOURCE", "build_tokenizer", "compute_score", "prepare", "main"]
+
+logger = logging.getLogger(__name__)
+
+#: ``data_source`` of every row (validation metrics are grouped by it).
+DATA_SOURCE = "coba_arithmetic"
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = "{% for message in messages %}{{ '<bos>' + message['content'] }}{% endfor %}"
+#: Characters the task uses, plus the newline veRL's Qwen token builder looks up.
+ALPHABET = "0123456789+-*=\n"
+
+
+def build_tokenizer() -> Any:
+    """A ``PreTrainedTokenizerFast``: one byte-level token per character, the special tokens, the template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + len(SPECIAL_TOKENS),  # no room for merges: one token per byte
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    backend.train_from_iterator([ALPHABET], trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **kwargs: Any
+) -> float:
+    """veRL custom reward: 1.0 iff the response is exactly the answer's digits (the lab's `verify`)."""
+    from coba_verl.lab.task import verify
+
+    return verify(solution_str, str(ground_truth))
+
+
+def _rows(prompts: list[str], answers: list[str], split: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": prompt}],
+            "ability": "arithmetic",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"index": index, "split": split},
+        }
+        for index, (prompt, answer) in enumerate(zip(prompts, answers, strict=True))
+    ]
+
+
+def prepare(
+    output_dir: str | Path,
+    *,
+    n_train: int = 256,
+    n_test: int = 64,
+    seed: int = 0,
+    warm_target: float = 0.4,
+    warm_max_steps: int = 3000,
+) -> Path:
+    """Write ``train.parquet``, ``test.parquet`` and ``model/`` under ``output_dir``; return it.
+
+    The model is the lab's tiny Qwen2 (`lab.model.ModelSpec` defaults) fitted by the lab's
+    `warm_start` on fresh problems (never the training or test prompts) until its probe accuracy
+    reaches ``warm_target``.
+    """
+    import pandas as pd
+    import torch
+
+    from coba_verl.lab.model import ModelSpec, build_model
+    from coba_verl.lab.task import make_splits
+    from coba_verl.lab.warmstart import warm_start
+
+    out = Path(output_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = make_splits(seed, n_train, n_test)
+    pd.DataFrame(_rows(train.prompts, train.answers, "train")).to_parquet(out / "train.parquet")
+    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(out / "test.parquet")
+
+    tokenizer = build_tokenizer()
+    backend = tokenizer.backend_tokenizer  # what the lab's warm start encodes with
+    model = build_model(
+        ModelSpec(),
+        len(tokenizer),
+        pad_id=tokenizer.pad_token_id,
+        bos_id=tokenizer.bos_token_id,
+        eos_id=tokenizer.eos_token_id,
+        seed=seed,
+    )
+    torch.manual_seed(seed)
+    result = warm_start(
+        model,
+        backend,
+        max_steps=warm_max_steps,
+        batch_size=128,
+        lr=3e-3,
+        seed=seed,
+        target=warm_target,
+        exclude=frozenset(train.prompts) | frozenset(test.prompts),
+    )
+    logger.info("warm start: %d steps, probe accuracy %s", result.steps, result.probe_acc[-1:])
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m coba_verl.cpu.tiny --output-dir DIR``: write the tiny recipe's data and model."""
+    parser = argparse.ArgumentParser(
+        prog="python -m coba_verl.cpu.tiny",
+        description="Write the tiny CPU recipe's parquet files and warm-started model "
+        "(nothing is downloaded).",
+    )
+    parser.add_argument("--output-dir", default="~/data/coba/tiny_cpu", help="default: %(default)s")
+    parser.add_argument("--train-size", type=int, default=256, help="training prompts (default: %(default)s)")
+    parser.add_argument("--test-size", type=int, default=64, help="validation prompts (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="data and model seed (default: %(default)s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    out = prepare(args.output_dir, n_train=args.train_size, n_test=args.test_size, seed=args.seed)
+    logger.info("wrote %s/{train,test}.parquet and %s/model", out, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

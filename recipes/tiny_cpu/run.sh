@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# veRL's real trainer on CPU with a tiny model (docs: README, "See the real veRL pipeline run").
+#
+#   python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu
+#   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps
+#   STRATEGY=uniform bash recipes/tiny_cpu/run.sh         # GRPO with everything else equal
+#   bash recipes/tiny_cpu/run.sh trainer.total_training_steps=6
+#
+# Variables of recipes/launch.sh apply (STRATEGY, LOGGER, ...); ROLLOUT is hf (transformers).
+set -euo pipefail
+
+RECIPE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SETTING=${SETTING:-tiny}
+ROLLOUT=${ROLLOUT:-hf}
+DATA_DIR=${DATA_DIR:-$HOME/data/coba}
+TRAIN_FILES=${TRAIN_FILES:-$DATA_DIR/tiny_cpu/train.parquet}
+VAL_FILES=${VAL_FILES:-$DATA_DIR/tiny_cpu/test.parquet}
+MODEL_PATH=${MODEL_PATH:-$DATA_DIR/tiny_cpu/model}
+
+# shellcheck source=SCRIPTDIR/../launch.sh
+source "$RECIPE_DIR/../launch.sh"
+launch "$@"
