@@ -54,7 +54,7 @@ def train_usage() -> str:
     keys = coba_keys()
     width = max(len(f"coba.{k}={v}") for k, v, _ in keys) + 2
     lines = [
-        "usage: coba-verl train [KEY=VALUE ...]",
+        "usage: coba-verl train [--cpu] [KEY=VALUE ...]",
         "",
         "Trains with veRL's synchronous GRPO trainer, every step's rollouts spread over its prompts",
         "by CoBA-RL (per-prompt budgets B_i, sum = data.train_batch_size x actor_rollout_ref.rollout.n).",
@@ -73,6 +73,8 @@ def train_usage() -> str:
     for key, value, comment in keys:
         lines.append(f"  {f'coba.{key}={value}':<{width}}{comment}".rstrip())
     lines += [
+        "",
+        "--cpu: run veRL on CPU (a tiny model; the coba_cpu=cpu group, see recipes/tiny_cpu).",
         "",
         "veRL's full config (about 1,100 lines): coba-verl train --help-full",
         "  (or python -m coba_verl.main --help); the composed config of a run: add --cfg job.",
@@ -98,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if name == "train":
         # Hydra reads sys.argv itself; its --help prints veRL's whole config.
-        sys.argv = [f"coba-verl {name}", *("--help" if a == "--help-full" else a for a in rest)]
+        # --cpu selects the CPU backend's config group (coba_verl/config/coba_cpu/cpu.yaml).
+        translated = {"--help-full": "--help", "--cpu": "+coba_cpu=cpu"}
+        sys.argv = [f"coba-verl {name}", *(translated.get(a, a) for a in rest)]
         result = module.main()
     else:
         result = module.main(rest)

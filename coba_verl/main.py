@@ -77,6 +77,7 @@ def run(config: DictConfig) -> None:
 
     from coba_verl.cpu import launcher
 
+    launcher.check_trl_conflict(config)
     if launcher.cpu_backend_enabled(config):
         launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
     else:

@@ -63,7 +63,7 @@ def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
-    assert out[0] == "usage: coba-verl train [KEY=VALUE ...]" and out[-1] == "False"
+    assert out[0] == "usage: coba-verl train [--cpu] [KEY=VALUE ...]" and out[-1] == "False"
     assert len(out) < 50
     for f in dataclasses.fields(CobaConfig):
         default = "null" if f.default is None else str(f.default)
@@ -92,3 +92,15 @@ def test_coba_keys_follow_cobaconfig_fields_in_order():
     from coba_verl.core.config import CobaConfig
 
     assert [k for k, _, _ in cli.coba_keys()] == [f.name for f in dataclasses.fields(CobaConfig)]
+
+
+def test_train_cpu_flag_selects_the_cpu_backend_group(monkeypatch):
+    import sys
+    import types
+
+    seen = []
+    fake = types.SimpleNamespace(main=lambda: seen.append(list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", ["coba-verl"])
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
+    assert cli.main(["train", "--cpu", "coba.strategy=uniform"]) == 0
+    assert seen == [["coba-verl train", "+coba_cpu=cpu", "coba.strategy=uniform"]]

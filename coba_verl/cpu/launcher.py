@@ -115,3 +115,37 @@ def check_accelerator(config: DictConfig) -> None:
         f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
         f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
     )
+
+
+def check_trl_conflict(config: DictConfig) -> None:
+    """Refuse an FSDP run where a TRL without the PPO value head is importable.
+
+    veRL 0.9.1's FSDP engine imports ``AutoModelForCausalLMWithValueHead`` from TRL whenever TRL
+    is installed (``verl/models/transformers/monkey_patch.py``); TRL 1.16 has removed it, so every
+    actor worker would fail to build, minutes into the run, inside Ray.
+
+    Raises:
+        RuntimeError: naming the TRL version and what to do.
+    """
+    import importlib.util
+
+    if OmegaConf.select(config, "actor_rollout_ref.actor.strategy") not in ("fsdp", "fsdp2"):
+        return
+    if importlib.util.find_spec("trl") is None:
+        return
+    import trl
+
+    if hasattr(trl, "AutoModelForCausalLMWithValueHead"):
+        return
+    try:  # where veRL looks first
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+
+        return
+    except ImportError:
+        pass
+    raise RuntimeError(
+        f"TRL {trl.__version__} is installed in this environment: veRL 0.9.1's FSDP engine imports TRL's "
+        "AutoModelForCausalLMWithValueHead whenever TRL is importable, and this TRL no longer has it, so "
+        "every actor worker would fail to build. Train with veRL from an environment without TRL "
+        "(pip uninstall trl; coba-verl's TRL integration belongs in a separate environment)."
+    )

@@ -1,0 +1,75 @@
+"""The hf rollout's sampler: reproducible per request, independent of batch company, honours params."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from coba_verl.cpu.rollout import _Request, filter_logits, request_seed, sample_batch
+
+EOS, PAD = 2, 0
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def request(prompt: list[int], seed: int, **kw) -> _Request:
+    loop = asyncio.new_event_loop()
+    params = dict(max_tokens=6, temperature=1.0, top_k=-1, top_p=1.0, want_logprobs=True)
+    params["stop_ids"] = frozenset({EOS})
+    params.update(kw)
+    return _Request(prompt_ids=prompt, seed=seed, future=loop.create_future(), **params)
+
+
+def test_a_request_samples_the_same_tokens_whatever_else_shares_its_batch(model):
+    alone = sample_batch(model, [request([5, 6, 7], seed=11)], PAD)[0]
+    crowded = sample_batch(
+        model, [request([9], seed=3), request([5, 6, 7], seed=11), request([4, 4, 4, 4, 4], seed=8)], PAD
+    )[1]
+    assert crowded.token_ids == alone.token_ids
+    assert crowded.log_probs == pytest.approx(alone.log_probs, abs=1e-5)
+
+
+def test_log_probs_are_those_of_the_model_at_the_sampling_temperature(model):
+    out = sample_batch(model, [request([5, 6, 7], seed=1, temperature=0.7, stop_ids=frozenset())], PAD)[0]
+    ids = torch.tensor([[5, 6, 7, *out.token_ids]])
+    logits = model(input_ids=ids).logits[0, 2:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None]).squeeze(-1)
+    assert out.log_probs == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_greedy_takes_the_argmax_and_max_tokens_and_stop_ids_end_a_row(model):
+    greedy = request([5, 6], seed=0, temperature=0.0, max_tokens=3, stop_ids=frozenset())
+    out = sample_batch(model, [greedy], PAD)[0]
+    assert len(out.token_ids) == 3
+    ids = torch.tensor([[5, 6]])
+    for tok in out.token_ids:
+        assert tok == int(model(input_ids=ids).logits[0, -1].argmax())
+        ids = torch.cat([ids, torch.tensor([[tok]])], 1)
+    first = out.token_ids[0]
+    stop_at_first = request([5, 6], seed=0, temperature=0.0, stop_ids=frozenset({first}))
+    stopped = sample_batch(model, [stop_at_first], PAD)[0]
+    assert stopped.token_ids == [first]  # the stop token is returned, as vLLM does
+
+
+def test_top_k_and_top_p_keep_only_the_allowed_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 3))
+    out = filter_logits(logits, top_k=torch.tensor([2, -1, -1]), top_p=torch.tensor([1.0, 0.7, 1.0]))
+    kept = torch.isfinite(out)
+    assert kept.tolist() == [[True, True, False, False], [True, True, False, False], [True] * 4]
+
+
+def test_repeated_requests_for_one_prompt_get_distinct_seeds():
+    seeds = {request_seed(0, 1, [5, 6, 7], k) for k in range(64)}
+    assert len(seeds) == 64
+    assert request_seed(0, 2, [5, 6, 7], 0) != request_seed(0, 1, [5, 6, 7], 0)  # a new weight version

@@ -1,0 +1,81 @@
+"""Start-up of veRL runs: the CPU backend's refusals and settings, a GPU run without GPUs stopping at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from coba_verl.cpu import launcher
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tiny_config(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "recipes/tiny_cpu/config"), version_base=None):
+        return compose(config_name="tiny", overrides=list(overrides))
+
+
+def test_cpu_group_is_found_by_the_coba_trainer_config():
+    config_dir = str(resources.files("coba_verl") / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="coba_trainer", overrides=["+coba_cpu=cpu"])
+    assert launcher.cpu_backend_enabled(config)
+    assert config.actor_rollout_ref.rollout.name == "hf" and config.trainer.device == "cpu"
+
+
+def test_cpu_backend_is_refused_where_cuda_is_present_unless_asked_for(monkeypatch):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: True)
+    with pytest.raises(RuntimeError, match="torch sees CUDA.*coba_cpu.allow_with_cuda=true"):
+        launcher.prepare_cpu_run(tiny_config())
+
+
+def test_cpu_backend_refuses_an_overridden_setting_it_cannot_run(monkeypatch):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    with pytest.raises(ValueError, match="actor_rollout_ref.rollout.name=vllm cannot run on the CPU backend"):
+        launcher.prepare_cpu_run(tiny_config("actor_rollout_ref.rollout.name=vllm"))
+
+
+def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    import verl.plugin.platform.platform_manager as platform_manager
+
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+    for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES"):
+        monkeypatch.setenv(key, "")  # restored after the test: prepare_cpu_run sets both
+    config = tiny_config("trainer.n_gpus_per_node=2")
+    launcher.prepare_cpu_run(config)
+    ray_init = config.ray_kwargs.ray_init
+    assert ray_init.num_gpus == 2 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus
+    assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+    assert launcher.REGISTRATION_MODULE in os.environ["VERL_USE_EXTERNAL_MODULES"].split(",")
+
+
+@pytest.mark.skipif(launcher._cuda_present(), reason="checks a machine without GPUs")
+def test_gpu_recipe_without_gpus_stops_at_once_pointing_to_the_cpu_recipe(tmp_path):
+    setting = "qwen2.5_0.5b_instruct_1gpu"
+    env = {**os.environ, "PYTHON": sys.executable, "DATA_DIR": str(tmp_path), "SETTING": setting}
+    start = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(REPO / "recipes/gsm8k/run.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "no GPU found" in done.stderr and "recipes/tiny_cpu" in done.stderr
+    assert time.monotonic() - start < 120
+
+
+def test_fsdp_run_is_refused_where_a_trl_without_the_ppo_value_head_is_importable(monkeypatch, tmp_path):
+    fake = tmp_path / "trl"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '1.16.0'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "trl", raising=False)
+    with pytest.raises(RuntimeError, match="TRL 1.16.0 is installed.*AutoModelForCausalLMWithValueHead"):
+        launcher.check_trl_conflict(tiny_config())
+    monkeypatch.delitem(sys.modules, "trl", raising=False)
