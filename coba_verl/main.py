@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib.metadata import entry_points
 
 import hydra
 from omegaconf import DictConfig, open_dict
@@ -30,25 +29,28 @@ PLUGIN_NAME = "coba_verl"
 
 
 def check_plugin_loaded() -> None:
-    """Refuse to start when Ray actors would not register `CobaTrainer` on ``import verl``.
+    """Refuse to start when veRL's processes would not find `CobaTrainer` by name.
 
     ``TaskRunnerV1`` looks the trainer up inside its own Ray process, where only the
-    ``verl.plugins`` entry point (installed with the package) can register it.
+    ``verl.plugins`` entry point (installed with the package, loaded by ``import verl`` under
+    ``VERL_USE_EXTERNAL_PLUGINS``) registers it. This process imported veRL under the same
+    environment, so veRL's own registry answers for them; nothing here imports `CobaTrainer`.
     """
-    installed = any(ep.name == PLUGIN_NAME for ep in entry_points(group="verl.plugins"))
-    if not installed:
+    import verl
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    try:
+        get_trainer_cls(COBA_TRAINER_MODE)
+    except ValueError:
+        policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto")
         raise RuntimeError(
-            "the verl.plugins entry point 'coba_verl' is not installed, so veRL's TaskRunner could not find "
-            "the CoBA-RL trainer. Install the package (pip install coba-verl, or pip install -e . in a "
-            "checkout) in the environment Ray workers use."
-        )
-    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
-    allowed = {name.strip() for name in policy.split(",")}
-    if policy == "none" or (policy != "auto" and PLUGIN_NAME not in allowed):
-        raise RuntimeError(
-            f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' plugin that "
-            f"registers the CoBA-RL trainer. Unset it, or add {PLUGIN_NAME} to its list."
-        )
+            f"veRL {verl.__version__} has no trainer '{COBA_TRAINER_MODE}' after loading its plugins, so "
+            "its TaskRunner could not build the CoBA-RL trainer. Either "
+            f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' entry point "
+            f"(unset it, or add {PLUGIN_NAME} to its list), "
+            "or the package is not installed with its verl.plugins entry point in the environment Ray "
+            "workers use (pip install coba-verl, or pip install -e . in a checkout)."
+        ) from None
 
 
 def prepare_config(config: DictConfig) -> CobaConfig:

@@ -15,6 +15,7 @@ training; a tracker stored there would be saved as it was steps earlier. The loa
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -28,24 +29,35 @@ logger = logging.getLogger(__name__)
 #: Key of the CoBA-RL entry in the dataloader state dict (and hence in veRL's data.pt).
 STATE_KEY = "coba_allocator"
 
-# Constructor arguments of a StatefulDataLoader that `CobaDataLoader.wrap` carries over unchanged.
-_LOADER_ARGS = (
-    "batch_size",
-    "sampler",
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "drop_last",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "generator",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory_device",
-    "in_order",
-    "snapshot_every_n_steps",
-)
+# StatefulDataLoader constructor parameters that `CobaDataLoader.wrap` does not copy: the dataset
+# is passed positionally, ``shuffle`` is already expressed by the sampler, and the batch sampler
+# is rebuilt by the DataLoader from batch_size, sampler and drop_last.
+_NOT_COPIED = ("self", "dataset", "shuffle", "batch_sampler")
+
+
+def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:
+    """Every constructor argument of ``loader``, read back from the loader itself.
+
+    The names come from `StatefulDataLoader`'s signature, so a torchdata release that adds a
+    parameter is either carried over or stops here, naming it; nothing is dropped silently.
+
+    Raises:
+        RuntimeError: the loader does not expose a constructor parameter, or uses a custom batch sampler.
+    """
+    names = [n for n in inspect.signature(StatefulDataLoader.__init__).parameters if n not in _NOT_COPIED]
+    missing = [n for n in names if not hasattr(loader, n)]
+    if missing:
+        raise RuntimeError(
+            f"cannot rebuild veRL's training dataloader: StatefulDataLoader takes {missing} but the "
+            "loader does not expose them, so they would be lost. This torchdata version is not supported "
+            "by coba-verl; install the one veRL 0.9.1 pins."
+        )
+    if loader.batch_size is None:
+        raise RuntimeError(
+            "veRL's training dataloader uses a custom batch_sampler (batch_size=None); CobaDataLoader "
+            "rebuilds batches from batch_size and sampler and cannot carry it over."
+        )
+    return {name: getattr(loader, name) for name in names}
 
 
 class CobaDataLoader(StatefulDataLoader):
@@ -69,7 +81,7 @@ class CobaDataLoader(StatefulDataLoader):
         """veRL's ``loader`` (not yet iterated) rebuilt with its sampler and settings, plus an allocator."""
         prompt_ids = PromptIdMap.from_dataset(loader.dataset)
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
-        kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+        kwargs = loader_arguments(loader)
         logger.info(
             "CoBA-RL dataloader: %d prompts, strategy=%s, B in [%d, %d]",
             prompt_ids.num_prompts,

@@ -167,3 +167,23 @@ def test_resume_on_a_different_training_set_is_refused(small_config, tiny_tokeni
     state[STATE_KEY]["prompt_ids"] = PromptIdMap([1, 2, 3]).fingerprint
     with pytest.raises(ValueError, match="different set of extra_info.index values"):
         trainer.train_dataloader.load_state_dict(state)
+
+
+def test_wrap_carries_every_constructor_argument_or_names_the_one_it_cannot(monkeypatch):
+    import inspect
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from coba_verl.verl_plugin import dataloader
+
+    loader = StatefulDataLoader(list(range(8)), batch_size=2, drop_last=True, num_workers=0)
+    args = dataloader.loader_arguments(loader)
+    expected = set(inspect.signature(StatefulDataLoader.__init__).parameters) - set(dataloader._NOT_COPIED)
+    assert set(args) == expected and args["batch_size"] == 2 and args["drop_last"] is True
+
+    def init_with_a_new_parameter(self, dataset, batch_size=1, *, new_knob=3):  # a future torchdata
+        raise AssertionError("only the signature is read")
+
+    monkeypatch.setattr(StatefulDataLoader, "__init__", init_with_a_new_parameter)
+    with pytest.raises(RuntimeError, match=r"takes \['new_knob'\] but the loader does not expose them"):
+        dataloader.loader_arguments(loader)
