@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections import Counter
 
 import numpy as np
@@ -112,6 +113,7 @@ class CobaTrainer(PPOTrainerSync):
         # arrives in a later step than it was submitted stays here until it does.
         self._pending: dict[str, tuple[int, int]] = {}
         self._allocations: list[Allocation] = []  # this step's allocations, one per submission
+        self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
 
     @property
     def allocator(self) -> BudgetAllocator:
@@ -132,6 +134,7 @@ class CobaTrainer(PPOTrainerSync):
 
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
         """Set ``__rollout_n__`` (int64 [M]) from the allocator, then submit as veRL does."""
+        start = time.perf_counter()
         ids = self.train_dataloader.prompt_ids.ids(list(batch["index"]))  # (M,) tracker ids
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         allocation = self.allocator.allocate(ids, len(batch) * rollout_n)
@@ -140,21 +143,28 @@ class CobaTrainer(PPOTrainerSync):
         groups = zip(ids.tolist(), allocation.budgets.tolist(), strict=True)  # (tracker id, B_i)
         self._pending.update(zip(map(str, batch["uid"]), groups, strict=True))
         self._allocations.append(allocation)
+        self._plugin_time_s += time.perf_counter() - start
         return super()._submit_batch_to_rollout(batch)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """veRL's advantage (GRPO groups by uid, any group size), then feed the tracker."""
         batch = super()._compute_advantage(batch, metrics)
+        start = time.perf_counter()
         self._observe(batch)
+        self._plugin_time_s += time.perf_counter() - start
         return batch
 
     def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
         """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
         batch = super().step(metrics, timing_raw)
+        start = time.perf_counter()
         tracker_metrics = self.allocator.end_step()
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
         self._allocations.clear()
+        # allocate + observe (with its TransferQueue read of the scores) + end_step + metrics
+        metrics["coba/plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
+        self._plugin_time_s = 0.0
         if self._pending:
             logger.warning(
                 "%d submitted prompt groups have not reached training yet (first uids %s); they feed "
