@@ -74,7 +74,14 @@ def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl()
     assert cli.main(["train", "-h"]) == 0
 
 
-def test_train_help_full_reaches_hydra_as_help(monkeypatch):
+@pytest.mark.parametrize(
+    ("args", "hydra_argv"),
+    [
+        (["--help-full", "coba.kappa=7"], ["--help", "coba.kappa=7"]),  # veRL's whole config
+        (["--cpu", "coba.strategy=uniform"], ["+coba_cpu=cpu", "coba.strategy=uniform"]),  # CPU backend group
+    ],
+)
+def test_train_flags_reach_hydra_translated(monkeypatch, args, hydra_argv):
     import sys
     import types
 
@@ -82,8 +89,8 @@ def test_train_help_full_reaches_hydra_as_help(monkeypatch):
     fake = types.SimpleNamespace(main=lambda: seen.append(list(sys.argv)))
     monkeypatch.setattr(sys, "argv", ["coba-verl"])
     monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
-    assert cli.main(["train", "--help-full", "coba.kappa=7"]) == 0
-    assert seen == [["coba-verl train", "--help", "coba.kappa=7"]]
+    assert cli.main(["train", *args]) == 0
+    assert seen == [["coba-verl train", *hydra_argv]]
 
 
 def test_coba_keys_follow_cobaconfig_fields_in_order():
@@ -93,14 +100,3 @@ def test_coba_keys_follow_cobaconfig_fields_in_order():
 
     assert [k for k, _, _ in cli.coba_keys()] == [f.name for f in dataclasses.fields(CobaConfig)]
 
-
-def test_train_cpu_flag_selects_the_cpu_backend_group(monkeypatch):
-    import sys
-    import types
-
-    seen = []
-    fake = types.SimpleNamespace(main=lambda: seen.append(list(sys.argv)))
-    monkeypatch.setattr(sys, "argv", ["coba-verl"])
-    monkeypatch.setattr(cli.importlib, "import_module", lambda name: fake)
-    assert cli.main(["train", "--cpu", "coba.strategy=uniform"]) == 0
-    assert seen == [["coba-verl train", "+coba_cpu=cpu", "coba.strategy=uniform"]]

@@ -17,8 +17,9 @@ registered under the name ``hf`` (``actor_rollout_ref.rollout.name=hf``, see `re
                    generator, whose FSDP all-gathers are collective).
 
 Sampling is reproducible for a given model: the draws of a request come from a generator
-seeded by ``(rollout.seed, weight version, prompt token ids, k)`` where k counts identical
-requests since the last weight update, so the ``B_i`` sessions of one prompt get ``B_i``
+seeded by ``(rollout.seed, global step of the weights, prompt token ids, k)`` where k counts
+identical requests since the last weight update (the global step, unlike a count of updates, is
+the same in a run resumed from a checkpoint), so the ``B_i`` sessions of one prompt get ``B_i``
 distinct, repeatable samples whatever order the agent loop sends them in.
 
 Log-probs are ``log_softmax(logits / temperature)`` of the sampled token, the quantity veRL's
@@ -49,9 +50,9 @@ def server_name(replica_rank: int) -> str:
     return f"coba_hf_server_{replica_rank}"
 
 
-def request_seed(base_seed: int, version: int, prompt_ids: Iterable[int], k: int) -> int:
-    """63-bit seed of the k-th request for ``prompt_ids`` under weight version ``version``."""
-    text = f"{base_seed}|{version}|{k}|{','.join(map(str, prompt_ids))}"
+def request_seed(base_seed: int, step: int, prompt_ids: Iterable[int], k: int) -> int:
+    """63-bit seed of the k-th request for ``prompt_ids`` under the weights of global step ``step``."""
+    text = f"{base_seed}|{step}|{k}|{','.join(map(str, prompt_ids))}"
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -243,7 +244,7 @@ class HFServer:
             top_p=float(params.pop("top_p", 1.0)),
             want_logprobs=bool(params.pop("logprobs", False)),
             stop_ids=frozenset(stop),
-            seed=request_seed(int(cfg.seed), self._version, prompt_ids, k),
+            seed=request_seed(int(cfg.seed), self.global_steps or 0, prompt_ids, k),
             future=asyncio.get_running_loop().create_future(),
         )
 

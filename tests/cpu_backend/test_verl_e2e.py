@@ -125,7 +125,9 @@ def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny, tmp
     for before, after in zip(steps[2:], resumed, strict=True):
         for key in ALLOCATION_METRICS:
             name = f"coba/{key}"
-            assert np.isclose(before.get(name, np.nan), after.get(name, np.nan), equal_nan=True), name
+            assert np.isclose(before.get(name, np.nan), after.get(name, np.nan), equal_nan=True), (
+                before["step"], name,
+            )
         histogram = {k: v for k, v in before.items() if k.startswith("coba/budget_hist/")}
         assert histogram == {k: v for k, v in after.items() if k.startswith("coba/budget_hist/")}
 
