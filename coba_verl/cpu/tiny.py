@@ -5,7 +5,7 @@ downloaded::
 
     train.parquet, test.parquet   veRL RL parquet (prompt, reward_model.ground_truth,
                                   extra_info.index): the lab's generated arithmetic (`lab.task`)
-    model/                        a from-scratch Qwen2 (about 0.1 M parameters) and its tokenizer,
+    model/                        a from-scratch Qwen2 (0.43 M parameters) and its tokenizer,
                                   warm-started by the lab's supervised fit until its pass rates
                                   span easy (short sums) to never solved (three-by-two products)
 

@@ -53,6 +53,7 @@ def train(tiny: Path, out: Path, *overrides: str) -> list[dict]:
         f"actor_rollout_ref.model.path={tiny / 'model'}",
         f"trainer.default_local_dir={out / 'ckpt'}",
         "trainer.logger=[console,file]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        "coba_cpu.allow_with_cuda=true",  # the same CPU run on a machine that also has a GPU
         *overrides,
     ]  # fmt: skip
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
