@@ -1,15 +1,18 @@
 """`CobaTrainer`: veRL 0.9's synchronous V1 trainer with CoBA-RL budgets per prompt.
 
-Four methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls
-the original, and ``fit()`` is veRL's own:
+Five methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls
+the original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
                              (same sampler, plus the allocator in its checkpoint state).
+``_init_resource_pool_mgr``  veRL's worker map; with the CPU backend on (``coba_cpu.enable``), its
+                             actor worker swapped for the gloo-only one (`coba_verl.cpu.workers`).
 ``_submit_batch_to_rollout`` B = allocate(ids, M * rollout.n) for the submitted batch, keyed by
                              ``extra_info.index``; ``batch["__rollout_n__"] = B`` (int64 [M]),
                              which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as n per prompt.
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid), then
-                             the finished trajectories' scores go to the tracker.
+                             each group's finished sessions are checked against its B_i (an error
+                             if they differ) and their scores go to the tracker.
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
                              for the next step) and the ``coba/`` metrics. ``fit()`` writes the
                              checkpoint after ``step`` returns, so data.pt holds the updated tracker.
