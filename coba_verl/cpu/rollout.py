@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -353,8 +354,6 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
         super().__init__(config, model_config, device_mesh)
-        import os
-
         rank = int(os.environ.get("RANK", 0))
         self.replica_rank = rank if replica_rank == -1 else replica_rank  # one rank per replica
         self.is_leader_rank = True

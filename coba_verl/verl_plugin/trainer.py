@@ -70,21 +70,19 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
     """
     import verl
 
+    fix = (
+        "(tested with veRL 0.9.1). Install a veRL version that coba-verl supports: pip install 'verl==0.9.1'."
+    )
     for name, expected in EXTENDED_METHODS.items():
         method = getattr(base, name, None)
         if method is None:
             raise ImportError(
-                f"veRL {verl.__version__}: {base.__name__}.{name} does not exist; coba-verl extends it "
-                "(tested with veRL 0.9.1). Install a veRL version that coba-verl supports: "
-                "pip install 'verl==0.9.1'."
+                f"veRL {verl.__version__}: {base.__name__}.{name} does not exist; coba-verl extends it {fix}"
             )
-        found = tuple(inspect.signature(method).parameters)
-        if found != expected:
+        if tuple(inspect.signature(method).parameters) != expected:
             raise ImportError(
                 f"veRL {verl.__version__}: {base.__name__}.{name}{inspect.signature(method)} differs from "
-                f"the ({', '.join(expected)}) that coba-verl extends (tested with veRL 0.9.1). "
-                "Install a veRL "
-                "version that coba-verl supports: pip install 'verl==0.9.1'."
+                f"the ({', '.join(expected)}) that coba-verl extends {fix}"
             )
 
 
