@@ -11,7 +11,7 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 
 from coba_verl.core import CobaConfig
-from coba_verl.verl_plugin.prompt_ids import PromptIdMap
+from coba_verl.core.prompt_ids import PromptIdMap
 
 __all__ = ["check_args", "check_generation", "prompt_id_map"]
 

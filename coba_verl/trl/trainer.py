@@ -58,7 +58,7 @@ from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.trl.checkpoint import load_allocator, save_allocator
 from coba_verl.trl.checks import check_args, check_generation, prompt_id_map
 from coba_verl.trl.groups import collapse_runs, expand_rows, group_advantages, group_index
-from coba_verl.verl_plugin.metrics import PREFIX, step_metrics
+from coba_verl.core.metrics import PREFIX, step_metrics
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
-from coba_verl.verl_plugin.prompt_ids import PromptIdMap
+from coba_verl.core.prompt_ids import PromptIdMap
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,8 @@ import math
 
 import numpy as np
 
-from coba_verl.core import Allocation
-
-PREFIX = "coba/"
+from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
+from coba_verl.core.allocator import Allocation
 
 
 def histogram_edges(low: int, up: int) -> list[int]:
