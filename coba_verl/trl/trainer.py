@@ -55,10 +55,10 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
+from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.trl.checkpoint import load_allocator, save_allocator
 from coba_verl.trl.checks import check_args, check_generation, prompt_id_map
 from coba_verl.trl.groups import collapse_runs, expand_rows, group_advantages, group_index
-from coba_verl.core.metrics import PREFIX, step_metrics
 
 logger = logging.getLogger(__name__)
 

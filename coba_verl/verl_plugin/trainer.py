@@ -43,9 +43,9 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from coba_verl.core import Allocation, BudgetAllocator
+from coba_verl.core.metrics import merge_allocations, step_metrics
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, check_total
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
-from coba_verl.core.metrics import merge_allocations, step_metrics
 
 logger = logging.getLogger(__name__)
 
