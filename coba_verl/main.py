@@ -13,6 +13,7 @@ The run goes through veRL's own ``run_ppo`` and ``TaskRunnerV1``; the only diffe
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: Name of our entry point in the ``verl.plugins`` group (see pyproject.toml).
 PLUGIN_NAME = "coba_verl"
+#: The module that entry point loads.
+PLUGIN_MODULE = "coba_verl.verl_plugin.registration"
 
 
 def check_plugin_loaded() -> None:
@@ -42,6 +45,15 @@ def check_plugin_loaded() -> None:
     try:
         get_trainer_cls(COBA_TRAINER_MODE)
     except ValueError:
+        # veRL logs a plugin's import error at DEBUG only (verl/__init__.py): import the plugin
+        # here so that its own error (e.g. check_verl_api's version mismatch) reaches the user.
+        try:
+            importlib.import_module(PLUGIN_MODULE)
+        except Exception as error:
+            raise RuntimeError(
+                f"coba-verl's veRL plugin ({PLUGIN_MODULE}) cannot be imported, so veRL {verl.__version__} "
+                f"could not register the trainer '{COBA_TRAINER_MODE}': {type(error).__name__}: {error}"
+            ) from error
         policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto")
         raise RuntimeError(
             f"veRL {verl.__version__} has no trainer '{COBA_TRAINER_MODE}' after loading its plugins, so "

@@ -139,6 +139,25 @@ def test_launch_refused_when_veRL_would_skip_the_plugin(policy, refused):
         assert f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the 'coba_verl'" in done.stderr
 
 
+def test_launch_names_the_plugins_own_import_error_that_veRL_logs_at_debug():
+    """veRL imports plugins inside try/except and logs failures at DEBUG; the launch must show
+    check_verl_api's message (here: a veRL whose step() takes other parameters), not blame the install."""
+    code = (
+        "import os\n"
+        "from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync\n"
+        "PPOTrainerSync.step = lambda self, metrics: None  # a veRL with another step() signature\n"
+        "os.environ['VERL_USE_EXTERNAL_PLUGINS'] = 'auto'\n"
+        "from coba_verl.main import check_plugin_loaded\n"
+        "check_plugin_loaded()\n"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}  # veRL itself skips the plugin
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "coba-verl's veRL plugin (coba_verl.verl_plugin.registration) cannot be imported" in done.stderr
+    assert "PPOTrainerSync.step(self, metrics) differs from the (self, metrics, timing_raw)" in done.stderr
+    assert "VERL_USE_EXTERNAL_PLUGINS" not in done.stderr.splitlines()[-1]
+
+
 def test_fresh_process_registers_the_trainer_on_import_verl_and_composes_the_cli_config():
     """What TaskRunnerV1's Ray actor sees (veRL swallows plugin import errors, so read the registry),
     and the Hydra entry point ``python -m coba_verl.main`` composing veRL's config with overrides."""
