@@ -33,41 +33,19 @@ def coba_config_from(config: DictConfig) -> CobaConfig:
 def check_config(config: DictConfig) -> CobaConfig:
     """Refuse veRL configurations under which per-prompt budgets cannot work; return the `CobaConfig`.
 
+    Both trainers are checked here: V1's synchronous trainer (``trainer.use_v1=true``, with or
+    without DAPO dynamic sampling) and the classic ``RayPPOTrainer`` (``trainer.use_v1=false``,
+    whose own extra rules live in `coba_verl.verl_plugin.classic`).
+
     Raises:
-        ValueError: legacy trainer (``trainer.use_v1=false``); a trainer mode other than ``sync``;
-            DAPO group filtering or failed-group refill (both switch veRL to one-prompt
-            submissions, so no batch is left to allocate over); a non-GRPO advantage estimator;
-            ``coba.min_rollouts < 2``; a budget train_batch_size * rollout.n that no allocation
-            within [min_rollouts, max_rollouts] can spend.
+        ValueError: an asynchronous V1 trainer mode; ``trainer.v1.sync.parameter_sync_step > 1``;
+            a non-GRPO advantage estimator; a budget train_batch_size * rollout.n that no
+            allocation within [min_rollouts, max_rollouts] can spend. `CobaConfig` itself refuses
+            bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
     cfg = coba_config_from(config)
-
-    if not config.trainer.use_v1:
-        raise ValueError(
-            "trainer.use_v1=false (the legacy RayPPOTrainer) is not supported by coba-verl: its fit() "
-            "repeats every prompt rollout.n times in two inline places, so per-prompt budgets would need "
-            "a copy of fit(). Set trainer.use_v1=true (veRL's default trainer since 0.8)."
-        )
-    mode = config.trainer.v1.trainer_mode
-    if mode not in ("sync", COBA_TRAINER_MODE):
-        raise ValueError(
-            f"trainer.v1.trainer_mode={mode} is not supported: CoBA-RL allocates one budget over each "
-            "training batch before it is generated, which only the synchronous trainer submits as a "
-            "whole. Set trainer.v1.trainer_mode=sync."
-        )
-    filter_groups = OmegaConf.select(config, "algorithm.filter_groups.enable")
-    if filter_groups:
-        raise ValueError(
-            "algorithm.filter_groups.enable=true is not supported: DAPO group filtering makes veRL submit "
-            "prompts one at a time (gen_batch_size=1), so there is no batch to allocate a budget over. "
-            "Set algorithm.filter_groups.enable=false."
-        )
-    if OmegaConf.select(config, "trainer.v1.sampler.sync_refill_failed_groups"):
-        raise ValueError(
-            "trainer.v1.sampler.sync_refill_failed_groups=true is not supported: it makes veRL submit "
-            "prompts one at a time (gen_batch_size=1), so there is no batch to allocate a budget over. "
-            "Set trainer.v1.sampler.sync_refill_failed_groups=false."
-        )
+    if config.trainer.use_v1:
+        check_v1_mode(config)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in SUPPORTED_ADV_ESTIMATORS:
         raise ValueError(
@@ -75,13 +53,7 @@ def check_config(config: DictConfig) -> CobaConfig:
             "each prompt and relies on advantages grouped by prompt uid. "
             f"Set algorithm.adv_estimator to one of {SUPPORTED_ADV_ESTIMATORS}."
         )
-    if cfg.min_rollouts < 2:
-        raise ValueError(
-            f"coba.min_rollouts={cfg.min_rollouts} is below 2: under GRPO a group of one rollout has no "
-            "baseline, so its advantage would be its raw score. Set coba.min_rollouts=2 or more."
-        )
-    m = int(config.data.train_batch_size)
-    n = int(config.actor_rollout_ref.rollout.n)
+    m, n = user_batch(config)
     total = m * n
     low, up = cfg.min_rollouts, cfg.max_rollouts
     if not m * low <= total <= m * up:
@@ -94,17 +66,41 @@ def check_config(config: DictConfig) -> CobaConfig:
     return cfg
 
 
-def check_total(budgets_sum: int, num_prompts: int, rollout_n: int) -> None:
-    """Refuse an allocation whose sum differs from M * rollout.n.
+def user_batch(config: DictConfig) -> tuple[int, int]:
+    """(M, n): ``data.train_batch_size`` and ``rollout.n`` as the user set them.
 
-    veRL sizes mini-batches, dispatch chunks, sequence balancing and its own validate_config for
-    train_batch_size * rollout.n trajectories per step; CoBA-RL only moves rollouts between prompts.
+    The classic trainer's translation (`coba_verl.verl_plugin.classic.translate_config`) moves
+    them into ``coba_classic`` before veRL sees the config; this reads them from there when set.
     """
-    expected = num_prompts * rollout_n
-    if budgets_sum != expected:
+    kept = OmegaConf.select(config, "coba_classic")
+    if kept is not None and kept.get("rollout_n") is not None:
+        return int(kept.train_batch_size), int(kept.rollout_n)
+    return int(config.data.train_batch_size), int(config.actor_rollout_ref.rollout.n)
+
+
+def check_v1_mode(config: DictConfig) -> None:
+    """Refuse V1 modes whose steps do not train whole allocation windows (veRL 0.9.1 line numbers).
+
+    Raises:
+        ValueError: ``trainer.v1.trainer_mode`` other than sync; ``parameter_sync_step > 1``.
+    """
+    mode = config.trainer.v1.trainer_mode
+    if mode not in ("sync", COBA_TRAINER_MODE):
         raise ValueError(
-            f"the allocation spends {budgets_sum} rollouts but the submitted batch of M={num_prompts} "
-            f"prompts must get exactly M * actor_rollout_ref.rollout.n = {num_prompts} * {rollout_n} = "
-            f"{expected}, which every fixed-size step of veRL assumes. Keep the allocator's total at "
-            "M * rollout.n (change rollout.n to change the budget)."
+            f"trainer.v1.trainer_mode={mode} is not supported: veRL's async replay buffer trains the "
+            "train_batch_size oldest finished groups of any submission (verl/trainer/ppo/v1/replay_buffer.py:"
+            "388-392, 556), so a step would train sum(B_i) != M * rollout.n trajectories, while its "
+            "mini-batches and padding are sized as ppo_mini_batch_size * rollout.n (trainer_base.py:1602, "
+            "1620, 1830), and groups evicted as stale are never scored. Set trainer.v1.trainer_mode=sync "
+            "(DAPO dynamic sampling is supported there)."
+        )
+    sync_step = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1)
+    if int(sync_step) > 1:
+        raise ValueError(
+            f"trainer.v1.sync.parameter_sync_step={sync_step} is not supported: each local update samples "
+            "train_batch_size / parameter_sync_step whole groups (verl/trainer/ppo/v1/trainer_base.py:539, "
+            "replay_buffer.py:462), whose rollouts do not add up to (M / k) * rollout.n once budgets "
+            "differ, while the update is sized as ppo_mini_batch_size * rollout.n trajectories "
+            "(trainer_base.py:1602, 1830). Set trainer.v1.sync.parameter_sync_step=1, or use "
+            "actor.ppo_mini_batch_size for several optimizer steps per training batch."
         )

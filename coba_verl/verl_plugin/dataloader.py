@@ -75,6 +75,9 @@ class CobaDataLoader(StatefulDataLoader):
         super().__init__(*args, **kwargs)
         self.allocator = allocator
         self.prompt_ids = prompt_ids
+        #: Prompts already drawn and allocated (``__rollout_n__`` set) but not yet submitted: the
+        #: rest of the current window of M prompts (`CobaTrainer._next_train_batch`), or None.
+        self.window_rest: Any = None
 
     @classmethod
     def wrap(cls, loader: StatefulDataLoader, config: CobaConfig) -> CobaDataLoader:
@@ -92,16 +95,21 @@ class CobaDataLoader(StatefulDataLoader):
         return cls(loader.dataset, allocator=allocator, prompt_ids=prompt_ids, **kwargs)
 
     def state_dict(self) -> dict[str, Any]:
-        """veRL's dataloader state plus ``{STATE_KEY: {"allocator": ..., "prompt_ids": fingerprint}}``."""
+        """veRL's dataloader state plus ``{STATE_KEY: {"allocator", "prompt_ids", "window_rest"}}``.
+
+        ``window_rest`` keeps the prompts the data position has already passed but no submission
+        has taken yet (DAPO refills), so that a resume neither drops nor redraws them.
+        """
         state = super().state_dict()
         state[STATE_KEY] = {
             "allocator": self.allocator.state_dict(),
             "prompt_ids": self.prompt_ids.fingerprint,
+            "window_rest": self.window_rest,
         }
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the allocator now and the data position lazily (as torchdata does).
+        """Restore the allocator and the window's rest now, the data position lazily (as torchdata does).
 
         A ``data.pt`` written by stock veRL (no CoBA-RL entry) restores the data position and
         starts the tracker empty, with a warning.
@@ -119,4 +127,5 @@ class CobaDataLoader(StatefulDataLoader):
                     "this run's training set; resume with the same data.train_files and filtering options."
                 )
             self.allocator.load_state_dict(coba["allocator"])
+            self.window_rest = coba.get("window_rest")
         super().load_state_dict(state)

@@ -1,21 +1,28 @@
 """`CobaTrainer`: veRL 0.9's synchronous V1 trainer with CoBA-RL budgets per prompt.
 
-Five methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls
-the original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
+Methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls the
+original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
                              (same sampler, plus the allocator in its checkpoint state).
 ``_init_resource_pool_mgr``  veRL's worker map; with the CPU backend on (``coba_cpu.enable``), its
                              actor worker swapped for the gloo-only one (`coba_verl.cpu.workers`).
-``_submit_batch_to_rollout`` B = allocate(ids, M * rollout.n) for the submitted batch, keyed by
-                             ``extra_info.index``; ``batch["__rollout_n__"] = B`` (int64 [M]),
-                             which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as n per prompt.
+``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
+                             groups DAPO evicts or discards to the tracker before clearing them.
+``_next_train_batch``        prompts in sampler order, allocated a window of M = train_batch_size
+                             at a time: B = allocate(ids, M * rollout.n), ``batch["__rollout_n__"]
+                             = B`` (int64), which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as
+                             n per prompt. A submission (one per step, plus DAPO's refills of any
+                             size) takes the next prompts of the current window, so every window
+                             spends exactly M * rollout.n rollouts however it is submitted.
+``_submit_batch_to_rollout`` remembers each submitted group's (tracker id, B_i), then submits.
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid), then
-                             each group's finished sessions are checked against its B_i (an error
-                             if they differ) and their scores go to the tracker.
+                             the trained groups' scores go to the tracker (`sessions`' rule for
+                             failed sessions and for an engine that ignores budgets).
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
                              for the next step) and the ``coba/`` metrics. ``fit()`` writes the
-                             checkpoint after ``step`` returns, so data.pt holds the updated tracker.
+                             checkpoint after ``step`` returns, so data.pt holds the updated tracker
+                             and the unsubmitted rest of the current window.
 
 One step, M = 3 prompts, rollout.n = 4::
 
@@ -32,6 +39,7 @@ import inspect
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -39,13 +47,17 @@ import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.core.metrics import merge_allocations, step_metrics
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, check_total
+from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
+from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +65,8 @@ logger = logging.getLogger(__name__)
 EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
     "_init_dataloader": ("self",),
     "_init_resource_pool_mgr": ("self",),
+    "_build_replay_buffer": ("self",),
+    "_next_train_batch": ("self", "num_prompts"),
     "_submit_batch_to_rollout": ("self", "batch"),
     "_compute_advantage": ("self", "batch", "metrics"),
     "step": ("self", "metrics", "timing_raw"),
@@ -94,13 +108,15 @@ class CobaTrainer(PPOTrainerSync):
     """The synchronous V1 PPO/GRPO trainer of veRL with CoBA-RL rollout budgets.
 
     Selected by ``trainer.v1.trainer_mode=coba_sync`` (``python -m coba_verl.main`` sets it).
+    Works with and without DAPO dynamic sampling (``algorithm.filter_groups``) and failed-group
+    refill (``trainer.v1.sampler.sync_refill_failed_groups``).
 
     Args:
         config: veRL's composed config with an optional ``coba`` node (`CobaConfig` fields).
 
     Raises:
-        ValueError: for the configurations `check_config` refuses, and from a step whose
-            allocation does not spend exactly M * rollout.n rollouts.
+        ValueError: for the configurations `check_config` refuses.
+        RuntimeError: when the rollout engine generates more sessions than a group's budget.
     """
 
     def __init__(self, config: DictConfig) -> None:
@@ -109,12 +125,13 @@ class CobaTrainer(PPOTrainerSync):
         # done its job (selecting this class) once we are constructed.
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
-        super().__init__(config)
-        # uid -> (tracker id, B_i) of every submitted group not yet trained on. A group that
-        # arrives in a later step than it was submitted stays here until it does.
+        # uid -> (tracker id, B_i) of every submitted group not yet observed. veRL's sync buffer
+        # trains, evicts or discards every group of a step within the step (none outlives it).
         self._pending: dict[str, tuple[int, int]] = {}
-        self._allocations: list[Allocation] = []  # this step's allocations, one per submission
+        self._allocations: list[Allocation] = []  # windows allocated this step
+        self._counts: Counter = Counter()  # this step's generated / evicted / failed rollouts
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
+        super().__init__(config)  # builds the replay buffer, which needs the fields above
 
     @property
     def allocator(self) -> BudgetAllocator:
@@ -133,69 +150,57 @@ class CobaTrainer(PPOTrainerSync):
 
             use_gloo_workers(self.role_worker_mapping)
 
+    def _build_replay_buffer(self) -> ReplayBuffer:
+        """veRL's buffer; its own sync class rebuilt as `CobaReplayBuffer` (same arguments)."""
+        buffer = super()._build_replay_buffer()
+        if type(buffer) is not ReplayBuffer:
+            logger.warning(
+                "trainer.v1.sampler.custom_sampler=%s: groups it clears without training them do not "
+                "feed the CoBA-RL tracker (subclass coba_verl.verl_plugin.replay_buffer.CobaReplayBuffer)",
+                type(buffer).__name__,
+            )
+            return buffer
+        return CobaReplayBuffer.like(buffer, on_clear=self._observe_cleared)
+
+    def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
+        """The next ``num_prompts`` prompts (default M) in sampler order, each with its ``__rollout_n__``.
+
+        Prompts are drawn and allocated a window of M = ``data.train_batch_size`` at a time; the
+        window's unsubmitted rest waits in the dataloader (and in its checkpoint state) for the
+        next submission, which is how DAPO's refills of k prompts belong to the window they are
+        drawn in.
+        """
+        m = int(self.config.data.train_batch_size)
+        wanted = m if num_prompts is None else int(num_prompts)
+        loader = self.train_dataloader
+        parts = []
+        while wanted > 0:
+            if loader.window_rest is None:
+                loader.window_rest = self._allocate_window(super()._next_train_batch(m))
+            window = loader.window_rest
+            take = min(wanted, len(window))
+            parts.append(tu.index_select_tensor_dict(window, list(range(take))))
+            rest = list(range(take, len(window)))
+            loader.window_rest = tu.index_select_tensor_dict(window, rest) if rest else None
+            wanted -= take
+        batch = parts[0] if len(parts) == 1 else tu.concat_tensordict(parts)
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        return batch
+
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
-        """Set ``__rollout_n__`` (int64 [M]) from the allocator, then submit as veRL does."""
-        start = time.perf_counter()
-        ids = self.train_dataloader.prompt_ids.ids(list(batch["index"]))  # (M,) tracker ids
-        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        allocation = self.allocator.allocate(ids, len(batch) * rollout_n)
-        check_total(int(allocation.budgets.sum()), len(batch), rollout_n)
-        batch["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
-        groups = zip(ids.tolist(), allocation.budgets.tolist(), strict=True)  # (tracker id, B_i)
-        self._pending.update(zip(map(str, batch["uid"]), groups, strict=True))
-        self._allocations.append(allocation)
-        self._plugin_time_s += time.perf_counter() - start
+        """Remember each group's (tracker id, B_i), then submit as veRL does."""
+        ids = self.train_dataloader.prompt_ids.ids(list(batch["index"])).tolist()
+        budgets = batch["__rollout_n__"].tolist()
+        self._pending.update(zip(map(str, batch["uid"]), zip(ids, budgets, strict=True), strict=True))
+        self._counts["rollouts_generated"] += sum(budgets)
         return super()._submit_batch_to_rollout(batch)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """veRL's advantage (GRPO groups by uid, any group size), then feed the tracker."""
         batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
-        self._observe(batch)
-        self._plugin_time_s += time.perf_counter() - start
-        return batch
-
-    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
-        """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
-        batch = super().step(metrics, timing_raw)
-        start = time.perf_counter()
-        tracker_metrics = self.allocator.end_step()
-        if self._allocations:
-            metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
-        self._allocations.clear()
-        # allocate + observe (with its TransferQueue read of the scores) + end_step + metrics
-        metrics["coba/plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
-        self._plugin_time_s = 0.0
-        if self._pending:
-            logger.warning(
-                "%d submitted prompt groups have not reached training yet (first uids %s); they feed "
-                "the tracker in the step that trains on them",
-                len(self._pending),
-                list(self._pending)[:3],
-            )
-        return batch
-
-    # ------------------------------------------------------------------ helpers
-    def _observe(self, batch: KVBatchMeta) -> None:
-        """Check each group's session count against its B_i, then record one score per session.
-
-        Keys are ``{uid}_{session}_{output}``; multi-output agent loops score the final output
-        (as veRL's multi-trajectory GRPO does). Padding rows added by veRL's batch balancing are
-        skipped. A group whose number of finished sessions differs from its budget means that the
-        rollout engine did not honour ``__rollout_n__``: that is an error, not a warning.
-        """
-        final: dict[str, tuple[int, str]] = {}  # "{uid}_{session}" -> (output index, key)
-        for key, tag in zip(batch.keys, batch.tags, strict=True):
-            if tag.get("is_padding", False):
-                continue
-            uid, session, output = key.rsplit("_", 2)
-            session_key = f"{uid}_{session}"
-            if session_key not in final or final[session_key][0] < int(output):
-                final[session_key] = (int(output), key)
-        keys = [key for _, key in final.values()]
-        uids = [key.rsplit("_", 2)[0] for key in keys]
-        sessions = Counter(uids)  # uid -> finished sessions in this batch
-        unknown = sorted(uid for uid in sessions if uid not in self._pending)
+        groups = final_outputs(batch.keys, batch.tags)
+        unknown = sorted(uid for uid in groups if uid not in self._pending)
         if unknown:
             logger.warning(
                 "ignoring %d trajectory groups that were not submitted through the allocator (e.g. "
@@ -203,22 +208,76 @@ class CobaTrainer(PPOTrainerSync):
                 len(unknown),
                 unknown[:3],
             )
-        for uid in sorted(set(sessions) - set(unknown)):
-            expected = self._pending[uid][1]
-            if sessions[uid] != expected:
-                raise RuntimeError(
-                    f"prompt group uid={uid} finished {sessions[uid]} sessions but was allocated "
-                    f"B_i={expected} rollouts: the rollout engine did not honour __rollout_n__. A custom "
-                    "agent_loop_manager_class must generate batch['__rollout_n__'][i] sessions for prompt i, "
-                    "as veRL's AgentLoopWorkerTQ does."
-                )
-        keep = [i for i, uid in enumerate(uids) if uid in self._pending]
-        keys, uids = [keys[i] for i in keep], [uids[i] for i in keep]
-        if not keys:
-            return
-        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
-        scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-        ids = np.asarray([self._pending[uid][0] for uid in uids], dtype=np.int64)  # (R,)
-        self.allocator.observe(ids, scores)
-        for uid in set(uids):
-            del self._pending[uid]
+        self._record({uid: groups[uid] for uid in groups if uid in self._pending}, batch.partition_id)
+        self._plugin_time_s += time.perf_counter() - start
+        return batch
+
+    def step(self, metrics: dict, timing_raw: dict) -> KVBatchMeta:
+        """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
+        batch = super().step(metrics, timing_raw)
+        start = time.perf_counter()
+        if self._pending:  # trained with no trajectory at all: every session of the group failed
+            logger.warning(
+                "%d prompt groups came back without a single finished session (first uids %s); their "
+                "rollouts are counted in coba/failed_rollouts",
+                len(self._pending),
+                list(self._pending)[:3],
+            )
+            self._counts["failed_rollouts"] += sum(budget for _, budget in self._pending.values())
+            self._pending.clear()
+        tracker_metrics = self.allocator.end_step()
+        if self._allocations:
+            metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
+        else:  # a DAPO step that only submitted the rest of an earlier window
+            metrics.update(tracker_metrics)
+        metrics[PREFIX + "windows"] = float(len(self._allocations))
+        for name in ("rollouts_generated", "evicted_groups", "evicted_rollouts", "failed_rollouts"):
+            metrics[PREFIX + name] = float(self._counts[name])
+        self._allocations.clear()
+        self._counts.clear()
+        # allocate + observe (with its TransferQueue reads of the scores) + end_step + metrics
+        metrics[PREFIX + "plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
+        self._plugin_time_s = 0.0
+        return batch
+
+    # ------------------------------------------------------------------ helpers
+    def _allocate_window(self, window: TensorDict) -> TensorDict:
+        """Set ``window["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
+        start = time.perf_counter()
+        ids = self.train_dataloader.prompt_ids.ids(list(window["index"]))  # (M,) tracker ids
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        allocation = self.allocator.allocate(ids, len(window) * rollout_n)
+        window["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
+        self._allocations.append(allocation)
+        self._plugin_time_s += time.perf_counter() - start
+        return window
+
+    def _observe_cleared(self, partition_id: str, uids: set[str], tags: Mapping[str, Mapping]) -> None:
+        """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) feed the tracker."""
+        start = time.perf_counter()
+        uids = {uid for uid in uids if uid in self._pending} if partition_id == "train" else set()
+        if uids:
+            keys = [key for key in tags if key.split("_")[0] in uids]
+            groups = final_outputs(keys, [tags[key] for key in keys])
+            self._counts["evicted_groups"] += len(uids)
+            self._counts["evicted_rollouts"] += sum(self._pending[uid][1] for uid in uids)
+            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id)
+        self._plugin_time_s += time.perf_counter() - start
+
+    def _record(self, groups: dict[str, dict[int, str]], partition_id: str) -> None:
+        """Score each group's finished sessions into the tracker; count failed ones; forget the groups.
+
+        Args:
+            groups: ``uid -> {session: key of its final output}`` of submitted groups.
+            partition_id: TransferQueue partition holding the keys.
+        """
+        keys, ids = [], []
+        for uid, sessions in groups.items():
+            tracker_id, budget = self._pending.pop(uid)
+            self._counts["failed_rollouts"] += count_failed_sessions(uid, sessions, budget)
+            keys.extend(sessions.values())
+            ids.extend([tracker_id] * len(sessions))
+        if keys:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+            scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
+            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores)

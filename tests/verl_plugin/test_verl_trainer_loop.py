@@ -41,6 +41,7 @@ from verl.utils.tokenizer import normalize_token_ids
 
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
+from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
@@ -271,7 +272,8 @@ def test_coba_sync_mode_runs_verl_synchronous_machinery(uninterrupted):
     step, the synchronous replay buffer), or it would switch to one-prompt async submissions."""
     trainer = uninterrupted.trainer
     assert trainer.trainer_mode == "sync" and trainer.config.trainer.v1.trainer_mode == "sync"
-    assert type(trainer.replay_buffer) is ReplayBuffer
+    assert type(trainer.replay_buffer) is CobaReplayBuffer  # veRL's sync buffer, one hook added
+    assert CobaReplayBuffer.__mro__[1] is ReplayBuffer
     assert trainer.replay_buffer.gen_batch_size == PROMPTS_PER_STEP
     assert trainer.parameter_sync_step == 1
 
@@ -440,26 +442,6 @@ def test_uniform_strategy_reproduces_stock_grpo(
             assert uniform_step[key] == pytest.approx(advantage, abs=1e-6), key
 
 
-def test_allocation_that_misses_m_times_n_is_refused_before_generation(
-    small_config, tiny_tokenizer, tmp_path
-):
-    trainer = CobaTrainer(loop_config(small_config, tmp_path / "ckpt"))
-    trainer.tokenizer, trainer.processor = tiny_tokenizer, None
-    trainer._init_dataloader()
-    allocate = trainer.allocator.allocate
-
-    def one_short(ids, total):
-        result = allocate(ids, total)
-        result.budgets[0] -= 1
-        return result
-
-    trainer.allocator.allocate = one_short
-    trainer.global_steps = 1
-    batch = trainer._next_train_batch()
-    with pytest.raises(ValueError, match="spends 15 rollouts"):
-        trainer._submit_batch_to_rollout(batch)
-
-
 class RolloutNIgnoringManager(InlineAgentLoopManager):
     """An agent-loop manager that drops ``__rollout_n__``: every prompt gets ``rollout.n`` sessions."""
 
@@ -476,7 +458,7 @@ def test_session_count_check_fires_when_the_engine_ignores_rollout_n(
     from n, and the first group that comes back with n sessions stops the run, naming it."""
     with pytest.raises(
         RuntimeError,
-        match=r"finished 4 sessions but was allocated B_i=\d+ rollouts: the rollout engine did not honour",
+        match=r"finished 4 sessions \(ids up to 3\) but was allocated B_i=[23] rollouts: the rollout engine",
     ):
         fit(
             loop_config(small_config, tmp_path / "ckpt"), tiny_tokenizer, transfer_queue,

@@ -1,0 +1,54 @@
+"""Prompt groups as veRL's V1 trainer stores them: trajectory keys ``{uid}_{session}_{output}``.
+
+veRL's agent loop writes one key per output of each session of a prompt (``AgentLoopWorkerTQ``,
+``verl/trainer/ppo/v1/agent_loop_tq.py``); multi-turn loops write several outputs per session and
+the final one carries the score. A session that raised writes nothing, and its group is tagged
+``failure`` but still trained on (sync mode pads downstream), or evicted and refilled under
+``trainer.v1.sampler.sync_refill_failed_groups``. ``_balance_batch`` adds ``pad<hex>`` rows
+tagged ``is_padding``.
+
+From these facts, the rule `count_failed_sessions` applies to a group allocated B_i rollouts:
+
+* a session id >= B_i, or more sessions than B_i: the engine ignored ``__rollout_n__`` (an error);
+* fewer sessions than B_i: B_i - sessions failed (counted, never fatal); the finished ones count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def final_outputs(keys: Iterable[str], tags: Iterable[Mapping] | None = None) -> dict[str, dict[int, str]]:
+    """``uid -> {session: key of the session's last output}``, padding rows left out.
+
+    Keys of one output each: ``uid0_3_0`` is session 3 of ``uid0``; ``uid0_3_1`` its second output.
+    """
+    keys = list(keys)
+    tags = [{}] * len(keys) if tags is None else list(tags)
+    groups: dict[str, dict[int, tuple[int, str]]] = {}
+    for key, tag in zip(keys, tags, strict=True):
+        if tag.get("is_padding", False):
+            continue
+        uid, session, output = key.rsplit("_", 2)
+        sessions = groups.setdefault(uid, {})
+        if int(session) not in sessions or sessions[int(session)][0] < int(output):
+            sessions[int(session)] = (int(output), key)
+    return {uid: {s: key for s, (_, key) in sessions.items()} for uid, sessions in groups.items()}
+
+
+def count_failed_sessions(uid: str, sessions: Iterable[int], budget: int) -> int:
+    """B_i minus the finished sessions of group ``uid``; raise if the engine ignored the budget.
+
+    Raises:
+        RuntimeError: a session id outside [0, B_i): the rollout engine generated more sessions
+            than it was asked for, i.e. it did not read ``__rollout_n__``.
+    """
+    sessions = sorted(sessions)
+    if sessions and (sessions[-1] >= budget or sessions[0] < 0):
+        raise RuntimeError(
+            f"prompt group uid={uid} finished {len(sessions)} sessions (ids up to {sessions[-1]}) but was "
+            f"allocated B_i={budget} rollouts: the rollout engine did not honour __rollout_n__. A custom "
+            "agent_loop_manager_class must generate batch['__rollout_n__'][i] sessions for prompt i, as "
+            "veRL's AgentLoopWorkerTQ does."
+        )
+    return budget - len(sessions)
