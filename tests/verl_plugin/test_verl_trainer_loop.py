@@ -464,3 +464,135 @@ def test_session_count_check_fires_when_the_engine_ignores_rollout_n(
             loop_config(small_config, tmp_path / "ckpt"), tiny_tokenizer, transfer_queue,
             tmp_path / "metrics.jsonl", monkeypatch, manager_cls=RolloutNIgnoringManager,
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- DAPO dynamic sampling
+# A window longer than the run: the tracker's pass rates are then totals over every observation.
+DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward", "coba.window=50")
+
+
+def logged_steps(path) -> dict[int, dict]:
+    return {e["step"]: e["data"] for e in map(json.loads, path.read_text().splitlines())}
+
+
+def windows_of(submissions: list[dict]) -> list[list[tuple[int, int]]]:
+    """Every submitted (extra_info.index, B_i) in submission order, cut into windows of M prompts."""
+    drawn = [pair for s in submissions for pair in zip(s["index"], s["budgets"], strict=True)]
+    return [drawn[i : i + PROMPTS_PER_STEP] for i in range(0, len(drawn), PROMPTS_PER_STEP)]
+
+
+@pytest.fixture(scope="module")
+def dapo(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dapo")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, manager = fit(
+            loop_config(small_config, root / "ckpt", *DAPO, "trainer.save_freq=1"),
+            tiny_tokenizer,
+            transfer_queue,
+            root / "metrics.jsonl",
+            monkeypatch,
+        )
+    logged = logged_steps(root / "metrics.jsonl")
+    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+
+
+def test_dapo_refills_take_the_rest_of_their_window_and_every_window_spends_m_times_n(dapo):
+    submissions = dapo.manager.submissions
+    assert len(submissions) > STEPS  # DAPO evicted groups and refilled them one prompt at a time
+    assert any(len(s["index"]) < PROMPTS_PER_STEP for s in submissions)
+    windows = windows_of(submissions)
+    rest = dapo.trainer.train_dataloader.window_rest  # drawn and allocated, not yet submitted
+    if rest is not None:
+        windows[-1] += list(zip(map(int, rest["index"]), rest["__rollout_n__"].tolist(), strict=True))
+    for window in windows:
+        assert len(window) == PROMPTS_PER_STEP
+        assert sum(budget for _, budget in window) == PROMPTS_PER_STEP * ROLLOUT_N
+    assert any(len({budget for _, budget in window}) > 1 for window in windows)  # CoBA, not uniform
+
+
+def test_groups_dapo_evicts_feed_the_tracker(dapo):
+    """Every generated group reaches the tracker once, trained or evicted (all-pass / all-fail)."""
+    successes: Counter = Counter()
+    rollouts: Counter = Counter()
+    for s in dapo.manager.submissions:
+        for index, budget in zip(s["index"], s["budgets"], strict=True):
+            successes[index] += sum(scripted_reward(index, session, s["step"]) for session in range(budget))
+            rollouts[index] += budget
+    loader = dapo.trainer.train_dataloader
+    indices = sorted(rollouts)
+    got = loader.allocator.tracker.pass_rates(loader.prompt_ids.ids(indices))
+    np.testing.assert_allclose(got, [successes[i] / rollouts[i] for i in indices])
+    assert 150 in indices and got[indices.index(150)] == 0  # index % 5 == 0: always fails, always evicted
+
+
+def test_dapo_metrics_count_generated_and_evicted_rollouts(dapo):
+    for step in range(1, STEPS + 1):
+        data = dapo.logged[step]
+        generated = sum(sum(s["budgets"]) for s in dapo.manager.submissions if s["step"] == step)
+        assert data["coba/rollouts_generated"] == generated
+        assert data["coba/rollouts"] == generated  # observed = generated: nothing lost, nothing twice
+        cleared = [f"training/filter_groups/{k}" for k in ("evicted_samples", "discarded_surplus_samples")]
+        assert data["coba/evicted_groups"] == sum(data.get(key, 0) for key in cleared)
+    assert sum(dapo.logged[step]["coba/evicted_groups"] for step in dapo.logged if step) > 0
+
+
+def test_dapo_resume_reproduces_the_submissions_including_a_windows_rest(
+    dapo, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    def window_rest(step: int):
+        state = torch.load(dapo.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
+        return state[STATE_KEY]["window_rest"]
+
+    resume_step = next(step for step in range(2, STEPS) if window_rest(step) is not None)
+    config = loop_config(
+        small_config, dapo.ckpt, *DAPO, "trainer.resume_mode=resume_path", "trainer.save_freq=-1",
+        f"trainer.resume_from_path={dapo.ckpt / f'global_step_{resume_step}'}",
+    )  # fmt: skip
+    _, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
+    resumed = [(s["step"], s["index"], s["budgets"]) for s in manager.submissions]
+    expected = [
+        (s["step"], s["index"], s["budgets"]) for s in dapo.manager.submissions if s["step"] > resume_step
+    ]
+    assert resumed == expected
+
+
+class FailingSessionWorker(ScriptedAgentLoopWorker):
+    """Session 1 of every prompt raises in epoch 2 (a tool error, a timeout); index 61 fails whole."""
+
+    async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        epoch_two = kwargs["global_steps"] > 3 and not trajectory["validate"]
+        if epoch_two and (kwargs["session_id"] == 1 or int(kwargs["index"]) == 61):
+            raise TimeoutError("scripted tool timeout")
+        return await super()._run_agent_loop(
+            sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+        )
+
+
+class FailingSessionManager(InlineAgentLoopManager):
+    def __init__(self, config, tokenizer) -> None:
+        super().__init__(config, tokenizer)
+        self.workers = [FailingSessionWorker(config, tokenizer) for _ in range(2)]
+
+
+@pytest.mark.parametrize("refill", [False, True], ids=["train-on-the-rest", "refill-failed-groups"])
+def test_failed_sessions_are_counted_and_the_run_goes_on(
+    refill, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    overrides = [f"trainer.v1.sampler.sync_refill_failed_groups={str(refill).lower()}"]
+    trainer, manager = fit(
+        loop_config(small_config, tmp_path / "ckpt", *overrides), tiny_tokenizer, transfer_queue,
+        tmp_path / "metrics.jsonl", monkeypatch, manager_cls=FailingSessionManager,
+    )  # fmt: skip
+    logged = logged_steps(tmp_path / "metrics.jsonl")
+    for step in range(4, STEPS + 1):
+        failed = sum(
+            budget if index == 61 else int(budget > 1)
+            for s in manager.submissions if s["step"] == step
+            for index, budget in zip(s["index"], s["budgets"], strict=True)
+        )  # fmt: skip
+        assert failed > 0 and logged[step]["coba/failed_rollouts"] == failed
+    assert all(logged[step]["coba/failed_rollouts"] == 0 for step in (1, 2, 3))
+    assert trainer._pending == {}
+    if refill:  # the whole-group failure of index 61 was replaced by a fresh prompt
+        assert any(61 in s["index"] for s in manager.submissions if s["step"] > 3)
+        assert any(len(s["index"]) < PROMPTS_PER_STEP for s in manager.submissions)
