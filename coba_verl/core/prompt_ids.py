@@ -37,35 +37,50 @@ def dataset_index_values(dataset: Any) -> list[Any]:
     return [dataset[i]["index"] for i in range(len(dataset))]
 
 
+#: What the repeated-index message says after the two rows under the default wording (veRL).
+_INDEX_REPEATED_HINT = (
+    "(a missing index reads as 0). CoBA-RL keys each prompt's pass rate by it. Give every row a unique "
+    "extra_info.index, e.g. its row number in the source file."
+)
+
+
 class PromptIdMap:
     """Bijection between the distinct ``extra_info.index`` values of a training set and [0, N).
 
     Args:
         index_values: ``extra_info.index`` of every row of the (filtered) training set.
+        name: How the messages call an id, e.g. a column name (TRL's ``prompt_id``).
+        repeated_hint: What the repeated-id message says after "rows a and b both have index v":
+            why that is refused and how to fix it.
 
     Raises:
         ValueError: when two rows share an index (the pass rates of different prompts would be
             merged), or when the values mix numbers and strings.
     """
 
-    def __init__(self, index_values: Sequence[Any]) -> None:
-        values = [_normalise(v) for v in index_values]
+    def __init__(
+        self,
+        index_values: Sequence[Any],
+        *,
+        name: str = "extra_info.index",
+        repeated_hint: str = _INDEX_REPEATED_HINT,
+    ) -> None:
+        self._name = name
+        values = [_normalise(v, name) for v in index_values]
         if not values:
             raise ValueError("the training set is empty: there are no prompts to allocate rollouts to.")
         kinds = {type(v) for v in values}
         if len(kinds) > 1:
             raise ValueError(
-                f"extra_info.index mixes types {sorted(k.__name__ for k in kinds)}; "
+                f"{name} mixes types {sorted(k.__name__ for k in kinds)}; "
                 "use integers (or strings) for every row."
             )
         first_row: dict[Any, int] = {}
         for row, value in enumerate(values):
             if value in first_row:
                 raise ValueError(
-                    f"extra_info.index must identify each training prompt, but rows {first_row[value]} and "
-                    f"{row} both have index {value!r} (a missing index reads as 0). CoBA-RL keys each "
-                    "prompt's pass rate by it. Give every row a unique extra_info.index, e.g. its row "
-                    "number in the source file."
+                    f"{name} must identify each training prompt, but rows {first_row[value]} and "
+                    f"{row} both have index {value!r} {repeated_hint}"
                 )
             first_row[value] = row
         self._values = sorted(first_row)  # (N,) distinct index values, ascending
@@ -94,26 +109,24 @@ class PromptIdMap:
         """(M,) int64 tracker ids of a batch's ``index`` values."""
         out = []
         for value in index_values:
-            key = _normalise(value)
+            key = _normalise(value, self._name)
             if key not in self._id_of:
                 raise ValueError(
-                    f"batch prompt with extra_info.index={key!r} is not in the training set this run "
+                    f"batch prompt with {self._name}={key!r} is not in the training set this run "
                     "was started with."
                 )
             out.append(self._id_of[key])
         return np.asarray(out, dtype=np.int64)
 
 
-def _normalise(value: Any) -> Any:
+def _normalise(value: Any, name: str = "extra_info.index") -> Any:
     """numpy / torch scalars -> Python int or str, so that 3, np.int64(3) and tensor(3) are one key."""
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         value = value.item()
     if isinstance(value, bool):
-        raise ValueError(f"extra_info.index={value!r} is a bool; use an integer or a string.")
+        raise ValueError(f"{name}={value!r} is a bool; use an integer or a string.")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int | str):
-        raise ValueError(
-            f"extra_info.index={value!r} of type {type(value).__name__} is not an integer or a string."
-        )
+        raise ValueError(f"{name}={value!r} of type {type(value).__name__} is not an integer or a string.")
     return value

@@ -23,11 +23,9 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from coba_verl.lab.model import ModelSpec, build_model
 from coba_verl.lab.task import Split, verify
 from coba_verl.lab.tokenizer import BOS, EOS, PAD, build_tokenizer
+from coba_verl.trl.checks import DEFAULT_ID_COLUMN
 
 __all__ = ["arithmetic_dataset", "build_hf_tokenizer", "build_tiny_qwen2", "exact_answer_reward"]
-
-#: Name of the stable prompt-id column this module writes (`CobaGRPOTrainer`'s default too).
-ID_COLUMN = "prompt_id"
 
 
 def build_hf_tokenizer() -> PreTrainedTokenizerFast:
@@ -52,13 +50,14 @@ def build_tiny_qwen2(tokenizer: PreTrainedTokenizerFast, spec: ModelSpec, seed: 
 
 
 def arithmetic_dataset(split: Split) -> Dataset:
-    """A lab split as a TRL prompt-only dataset with ``prompt``, ``answer``, ``level`` and ``prompt_id``."""
+    """A lab split as a TRL prompt-only dataset: ``prompt``, ``answer``, ``level`` and the stable id
+    column `DEFAULT_ID_COLUMN` (``prompt_id``)."""
     return Dataset.from_dict(
         {
             "prompt": list(split.prompts),
             "answer": list(split.answers),
             "level": split.levels.tolist(),
-            ID_COLUMN: split.ids.tolist(),
+            DEFAULT_ID_COLUMN: split.ids.tolist(),  # `CobaGRPOTrainer`'s default id column
         }
     )
 

@@ -1,7 +1,10 @@
 """What `CobaGRPOTrainer` refuses, and the stable prompt ids it reads from the training set.
 
 Each refusal names the value, says why per-prompt budgets cannot work with it, and what to set.
-They run before TRL loads anything heavy where the arguments allow it.
+They run before TRL loads anything heavy where the arguments allow it. Rules the core already
+checks are not repeated here: ``min_rollouts >= 2`` is `CobaConfig`'s, budget feasibility is
+`coba_verl.core.check_budget`'s and the id rules are `PromptIdMap`'s; this module only words them
+in TRL's terms.
 """
 
 from __future__ import annotations
@@ -10,20 +13,24 @@ from typing import Any
 
 from datasets import Dataset, IterableDataset
 
-from coba_verl.core import CobaConfig
+from coba_verl.core import CobaConfig, check_budget
 from coba_verl.core.prompt_ids import PromptIdMap
 
-__all__ = ["check_args", "check_generation", "prompt_id_map"]
+__all__ = ["DEFAULT_ID_COLUMN", "check_args", "check_generation", "prompt_id_map"]
+
+#: Default name of the training-set column holding each prompt's stable id.
+DEFAULT_ID_COLUMN = "prompt_id"
 
 
 def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse ``GRPOConfig`` settings under which per-prompt budgets cannot work.
 
     Raises:
-        ValueError: vLLM server mode; ``coba.min_rollouts < 2``; ``num_generations`` (the mean
-            budget) outside [min_rollouts, max_rollouts]; a round of generation_batch_size
-            rows that does not split over processes and ``steps_per_generation`` as TRL's
-            buffering needs; ``remove_unused_columns=True`` (it drops the id column).
+        ValueError: vLLM server mode; a round of generation_batch_size rows that does not split
+            over processes and ``steps_per_generation`` as TRL's buffering needs; a round of
+            M = generation_batch_size / num_generations prompts whose M * num_generations
+            completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
+            ``remove_unused_columns=True`` (it drops the id column).
     """
     if args.use_vllm and args.vllm_mode == "server":
         raise ValueError(
@@ -32,19 +39,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "the same group size. Use vllm_mode='colocate' (one completion per row) or transformers "
             "generation."
         )
-    low, up = coba.min_rollouts, coba.max_rollouts
-    if low < 2:
-        raise ValueError(
-            f"coba.min_rollouts={low} is below 2: under GRPO a group of one completion has no baseline, "
-            "so its advantage would be 0 and its rollout wasted. Set CobaConfig(min_rollouts=2) or more."
-        )
     g = int(args.num_generations)
-    if not low <= g <= up:
-        raise ValueError(
-            f"num_generations={g} is the mean budget per prompt, but it lies outside "
-            f"[coba.min_rollouts, coba.max_rollouts] = [{low}, {up}], so no allocation can spend "
-            f"prompts * {g} completions. Set num_generations between {low} and {up}, or move the bounds."
-        )
     total, world, spg = int(args.generation_batch_size), int(args.world_size), int(args.steps_per_generation)
     per_device = int(args.per_device_train_batch_size)
     if total % g or total != per_device * world * spg:
@@ -55,6 +50,15 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             f"{total} / {world} rows of the round and TRL splits them into {spg} buffered batches. "
             "Leave generation_batch_size unset (TRL derives it) or make it satisfy both."
         )
+    low, up = coba.min_rollouts, coba.max_rollouts
+    try:
+        check_budget(total // g, total, low, up)
+    except ValueError as err:
+        raise ValueError(
+            f"num_generations={g} is the mean budget per prompt, but no budgets can spend the round "
+            f"(generation_batch_size={total} completions): {err} Set num_generations between "
+            f"coba.min_rollouts={low} and coba.max_rollouts={up}, or move the bounds."
+        ) from None
     if args.remove_unused_columns:
         raise ValueError(
             "remove_unused_columns=True drops every dataset column but the prompt before the trainer "
@@ -81,8 +85,9 @@ def prompt_id_map(train_dataset: Any, id_column: str) -> PromptIdMap:
     """The training set's ``id_column`` values, checked and ranked into the tracker's ids [0, N).
 
     Raises:
-        ValueError: no map-style dataset; the column is missing; values that are not all integers
-            or all strings; two rows with one id (their pass rates would be merged).
+        ValueError: no map-style dataset; the column is missing; and `PromptIdMap`'s refusals,
+            naming the column: values that are not integers or strings, or mix the two; two rows
+            with one id (their pass rates would be merged).
     """
     if train_dataset is None or isinstance(train_dataset, IterableDataset):
         kind = "no train_dataset" if train_dataset is None else "an IterableDataset"
@@ -99,20 +104,12 @@ def prompt_id_map(train_dataset: Any, id_column: str) -> PromptIdMap:
             f"dataset.map(lambda row, i: {{{id_column!r}: i}}, with_indices=True), or pass "
             "prompt_id_column=<your id column>."
         )
-    values = list(train_dataset[id_column])
-    kinds = {type(v).__name__ for v in values}
-    if not (kinds <= {"int"} or kinds <= {"str"}):
-        raise ValueError(
-            f"train_dataset column {id_column!r} holds {sorted(kinds)} values; prompt ids must be all "
-            "integers or all strings."
-        )
-    first_row: dict[Any, int] = {}
-    for row, value in enumerate(values):
-        if value in first_row:
-            raise ValueError(
-                f"train_dataset column {id_column!r} must identify each prompt, but rows {first_row[value]} "
-                f"and {row} both have id {value!r}. Give every row a unique id, e.g. its row number "
-                "(dataset.map(..., with_indices=True))."
-            )
-        first_row[value] = row
-    return PromptIdMap(values)
+    return PromptIdMap(
+        list(train_dataset[id_column]),
+        name=id_column,
+        repeated_hint=(
+            f"(train_dataset column {id_column!r}; their pass rates would be merged). Give every row a "
+            f"unique id, e.g. its row number: dataset.map(lambda row, i: {{{id_column!r}: i}}, "
+            "with_indices=True)."
+        ),
+    )

@@ -18,7 +18,15 @@ import numpy as np
 import torch
 from trl.trainer.utils import nanstd
 
-__all__ = ["collapse_runs", "expand_rows", "group_index", "group_advantages", "padded_groups"]
+__all__ = [
+    "collapse_runs",
+    "expand_rows",
+    "group_index",
+    "group_advantages",
+    "padded_groups",
+    "prompt_mean_score",
+    "row_scores",
+]
 
 #: TRL 1.16's ``scale_rewards`` choices and ``multi_objective_aggregation`` choices.
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
@@ -165,3 +173,26 @@ def group_advantages(
         advantages = (rewards - torch.nanmean(rewards)) / (std + _STD_EPS)
     is_std_zero = torch.isclose(std, torch.zeros_like(std))
     return torch.nan_to_num(advantages, nan=0.0), is_std_zero
+
+
+def row_scores(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """(T,) TRL's weighted reward sum per row, NaN where every reward function left the row unscored.
+
+    The rows behind TRL's logged ``reward`` (its ``nanmean``) and the tracker's scores.
+    """
+    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)  # (1, F)
+    scores = (rewards_per_func * weights).nansum(dim=1)  # (T,)
+    scores[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return scores
+
+
+def prompt_mean_score(scores: torch.Tensor, budgets: np.ndarray) -> float:
+    """Mean over the round's prompts of each prompt's mean score (NaN rows and all-NaN prompts skipped).
+
+    TRL's ``reward`` is the mean over rows, so under per-prompt budgets it weighs prompt i by B_i;
+    this weighs every prompt once and equals TRL's ``reward`` when every B_i = G::
+
+        scores [1, 1, 1, 1, 1, 1, 0, 0], B [6, 2]  ->  (1 + 0) / 2 = 0.5   (TRL's reward: 0.75)
+    """
+    per_prompt = torch.nanmean(padded_groups(scores, budgets), dim=1)  # (M,)
+    return float(torch.nanmean(per_prompt))

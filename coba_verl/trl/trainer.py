@@ -3,22 +3,23 @@
 Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls TRL's own:
 
 ``_generate_and_score_completions``  (train mode) gather the round's rows, collapse TRL's G copies
-                                     of each prompt into one, B = allocate(ids, M * G) on every
-                                     process, expand prompt i to B_i rows and keep this process's
-                                     slice; TRL generates and scores it; then the advantages over
-                                     the variable groups replace TRL's, the tracker gets one score
-                                     per completion, and the ``coba/`` metrics go to TRL's log.
-                                     Evaluation is TRL's, untouched.
+                                     of each prompt into one, B = allocate(ids, M * G) on the main
+                                     process, broadcast to the others, expand prompt i to B_i rows
+                                     and keep this process's slice; TRL generates and scores it;
+                                     then the advantages over the variable groups replace TRL's,
+                                     the tracker gets one score per completion, and the ``coba/``
+                                     metrics go to TRL's log. Evaluation is TRL's, untouched.
 ``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
 ``_save_checkpoint``                 TRL's, then ``coba_allocator.npz`` in ``checkpoint-<step>/``.
-``_load_optimizer_and_scheduler``    TRL's, then the allocator from that file on resume.
+``_load_optimizer_and_scheduler``    TRL's, then the allocator, TRL's ``_step`` and the unfinished
+                                     round from that file on resume.
 
 One generation round, G = num_generations = 4, two processes holding L = 6 rows each
 (M = 3 prompts, T = M * G = 12 rows; numbers are the prompt-id column)::
 
     TRL's RepeatSampler rows        rank 0: [7 7 7 7 2 2]      rank 1: [2 2 5 5 5 5]
     gather_object, collapse runs    [7 7 7 7 | 2 2 2 2 | 5 5 5 5]  ->  prompts [7, 2, 5]
-    allocate (same on every rank)   B = [2, 7, 3]                      sum = 12 = M * G
+    allocate on rank 0, broadcast   B = [2, 7, 3]                      sum = 12 = M * G
     expand                          [7 7 | 2 2 2 2 2 2 2 | 5 5 5]
     keep rows [r * L, (r + 1) * L)  rank 0: [7 7 2 2 2 2]      rank 1: [2 2 2 5 5 5]
     TRL generates, scores, gathers  rewards (12, F) in the expanded order
@@ -37,6 +38,22 @@ last round: accelerate's one-batch look-ahead and loader workers' prefetch only 
 plain repeated rows. One CoBA step (allocate, observe, ``end_step``) is one generation round,
 i.e. one optimiser step with TRL's defaults (steps_per_generation = gradient_accumulation_steps,
 num_iterations = 1).
+
+Only the main process allocates: every tracker observes the same gathered scores, but exact ties
+between gains fall by the last bit of ``exp`` (`coba_verl.core.solvers`), which may differ between
+the libm / numpy builds of mixed nodes, so recomputing on each process could split a round
+differently. An allocation error on the main process is raised on every process.
+
+Resume with a checkpoint inside a round (``num_iterations > 1``, or steps_per_generation above
+gradient_accumulation_steps): the tracker has already observed that round, and TRL, which saves
+neither its buffered completions nor its micro-step counter ``_step``, generates the round again
+and restarts its cycle at ``_step = 0``. The side file therefore keeps ``_step`` (restored, so
+TRL's rounds stay in phase with the data) and the round's prompts and budgets; the regenerated
+round reuses those budgets, matched by prompt id, and is not observed again. Counting it twice,
+or replacing its scores with the regenerated ones, would make every later allocation depend on
+where the run was interrupted; this way they equal the uninterrupted run's as far as TRL resumes
+the same prompts. (Past the first epoch it may not: TRL's RepeatSampler restarts its shuffle on
+resume. A first round of other prompts is allocated anew, with a warning.)
 """
 
 from __future__ import annotations
@@ -50,22 +67,26 @@ from typing import Any
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import PREFIX, step_metrics
-from coba_verl.trl.checkpoint import load_allocator, save_allocator
-from coba_verl.trl.checks import check_args, check_generation, prompt_id_map
-from coba_verl.trl.groups import collapse_runs, expand_rows, group_advantages, group_index
+from coba_verl.trl.checkpoint import RoundPlan, load_allocator, save_allocator
+from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map
+from coba_verl.trl.groups import (
+    collapse_runs,
+    expand_rows,
+    group_advantages,
+    group_index,
+    prompt_mean_score,
+    row_scores,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer"]
-
-#: Default name of the training-set column holding each prompt's stable id.
-DEFAULT_ID_COLUMN = "prompt_id"
 
 
 @dataclass
@@ -73,7 +94,9 @@ class _Round:
     """One generation round as planned before TRL generates it."""
 
     allocation: Allocation  # budgets (M,) int64, sum == T
+    ids: np.ndarray  # (M,) int64 tracker id of every prompt
     row_ids: np.ndarray  # (T,) int64 tracker id of every expanded row
+    replayed: bool  # the checkpoint's unfinished round, observed before the interruption
     local_rows: list[dict[str, Any]]  # (L,) this process's slice of the expanded rows
     local_slice: slice  # its position in the round's T rows
     plan_s: float  # wall time spent planning
@@ -94,17 +117,25 @@ class CobaGRPOTrainer(GRPOTrainer):
             with_indices=True)``. Pass rates are keyed by it, across epochs and resumes.
 
     Attributes:
-        allocator: The run's `BudgetAllocator` (identical on every process).
+        allocator: The run's `BudgetAllocator`. Only the main process's allocates; every process's
+            tracker observes the same gathered scores.
         last_allocation: The `Allocation` of the latest training round, or ``None``.
+
+    Metrics (TRL's log, train mode): the ``coba/`` scalars of `coba_verl.core.metrics`, plus
+    ``coba/plugin_time_s`` (this trainer's wall time in the round) and ``coba/prompt_mean_score``,
+    the mean over the round's prompts of each prompt's mean score. TRL's ``reward`` averages
+    over completions, so under per-prompt budgets it weighs prompt i by B_i and leans toward the
+    prompts given more rollouts; compare strategies by ``coba/prompt_mean_score`` (equal to
+    ``reward`` when every B_i = G) or by the held-out ``eval_reward``.
 
     Raises:
         TypeError: ``coba_config`` that is not a `CobaConfig`.
         ValueError: before TRL loads the model when the arguments allow, for vLLM server mode;
-            a ``rollout_func``; ``coba_config.min_rollouts < 2``; ``num_generations`` outside
-            [min_rollouts, max_rollouts]; a generation_batch_size that does not split over
-            processes and steps_per_generation; ``remove_unused_columns=True``; no map-style
-            ``train_dataset``; a missing id column, ids that are not all int or all str, or a
-            repeated id.
+            a ``rollout_func``; ``num_generations`` outside [min_rollouts, max_rollouts]
+            (`CobaConfig` itself refuses ``min_rollouts < 2``); a generation_batch_size that does
+            not split over processes and steps_per_generation; ``remove_unused_columns=True``; no
+            map-style ``train_dataset``; a missing id column, ids that are not int or str or mix
+            the two, or a repeated id.
     """
 
     def __init__(
@@ -132,6 +163,8 @@ class CobaGRPOTrainer(GRPOTrainer):
         self.coba_prompt_ids = id_map
         self.allocator = BudgetAllocator(coba, num_prompts=id_map.num_prompts)
         self.last_allocation: Allocation | None = None
+        self._last_ids: np.ndarray | None = None  # (M,) tracker ids of the latest round
+        self._unfinished: RoundPlan | None = None  # the checkpoint's unfinished round, until replayed
         self._round_rewards: torch.Tensor | None = None
         logger.info(
             "CoBA-RL for TRL: %d prompts keyed by %r, strategy=%s, B in [%d, %d], mean %d per prompt",
@@ -165,12 +198,16 @@ class CobaGRPOTrainer(GRPOTrainer):
         )  # (T,), (T,)
         output["advantages"] = advantages[plan.local_slice]
         self._replace_trl_group_logs(advantages, is_std_zero)
-        self._observe(plan.row_ids, rewards_per_func)
-        metrics = step_metrics(plan.allocation, self.allocator.end_step())
+        scores = row_scores(rewards_per_func, self.reward_weights)  # (T,), NaN = unscored
+        round_metrics = {PREFIX + "prompt_mean_score": prompt_mean_score(scores, plan.allocation.budgets)}
+        if not plan.replayed:  # a replayed round is in the restored tracker already
+            self._observe(plan.row_ids, scores)
+            round_metrics.update(self.allocator.end_step())
+        metrics = step_metrics(plan.allocation, round_metrics)
         metrics[PREFIX + "plugin_time_s"] = plan.plan_s + time.perf_counter() - start
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
-        self.last_allocation = plan.allocation
+        self.last_allocation, self._last_ids = plan.allocation, plan.ids
         self._round_rewards = None
         return output
 
@@ -183,30 +220,45 @@ class CobaGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """TRL's checkpoint, then the allocator beside it (main process)."""
+        """TRL's checkpoint, then the allocator, TRL's ``_step`` and an unfinished round beside it
+        (main process)."""
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
+            generate_every = self.args.steps_per_generation * self.num_iterations  # TRL's micro-steps a round
+            unfinished = None
+            if self._step % generate_every and self.last_allocation is not None:
+                unfinished = RoundPlan(ids=self._last_ids, allocation=self.last_allocation)
             save_allocator(
                 folder,
                 self.allocator,
                 fingerprint=self.coba_prompt_ids.fingerprint,
                 id_column=self.prompt_id_column,
+                trl_step=self._step,
+                unfinished=unfinished,
             )
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """TRL's resume, then the allocator from the checkpoint (every process)."""
+        """TRL's resume, then the allocator, TRL's ``_step`` and the unfinished round (every process).
+
+        With ``ignore_data_skip=True`` the data restart at the epoch's first round, and so do
+        TRL's rounds: ``_step`` stays 0 and no round is replayed.
+        """
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        if load_allocator(checkpoint, self.allocator, fingerprint=self.coba_prompt_ids.fingerprint):
-            logger.info(
-                "CoBA-RL allocator restored from %s (%d steps)", checkpoint, self.allocator.tracker.steps
-            )
-        else:
+        resumed = load_allocator(checkpoint, self.allocator, fingerprint=self.coba_prompt_ids.fingerprint)
+        if resumed is None:
             logger.warning("%s has no CoBA-RL allocator state: pass rates start empty.", checkpoint)
+            return
+        logger.info("CoBA-RL allocator restored from %s (%d steps)", checkpoint, self.allocator.tracker.steps)
+        if self.args.ignore_data_skip:
+            return
+        if resumed.trl_step is not None:
+            self._step = resumed.trl_step  # TRL does not save it; its rounds stay in phase with the data
+        self._unfinished = resumed.unfinished
 
     # ------------------------------------------------------------------ helpers
     def _plan_round(self, inputs: list[dict[str, Any]]) -> _Round:
@@ -225,29 +277,52 @@ class CobaGRPOTrainer(GRPOTrainer):
         )  # (M,) first row per prompt
         prompt_rows = [rows[i] for i in heads.tolist()]
         ids = self.coba_prompt_ids.ids(row[column] for row in prompt_rows)  # (M,) tracker ids
-        allocation = self.allocator.allocate(ids, len(rows))
-        self._check_same_budgets(allocation.budgets)
+        allocation, replayed = self._round_allocation(ids, len(rows))
         local_slice = slice(rank * local_n, (rank + 1) * local_n)
         local_rows = expand_rows(prompt_rows, allocation.budgets)[local_slice]  # (L,)
         return _Round(
             allocation=allocation,
+            ids=ids,
             row_ids=ids[group_index(allocation.budgets)],  # (T,)
+            replayed=replayed,
             local_rows=local_rows,
             local_slice=local_slice,
             plan_s=time.perf_counter() - start,
         )
 
-    def _check_same_budgets(self, budgets: np.ndarray) -> None:
-        """Every process must expand the same budgets, or the round's rows would not add up."""
-        if self.accelerator.num_processes == 1:
-            return
-        mine = torch.as_tensor(budgets, dtype=torch.int64, device=self.accelerator.device)
-        every = self.accelerator.gather(mine).view(self.accelerator.num_processes, -1)  # (W, M)
-        if not bool((every == every[0]).all()):
-            raise RuntimeError(
-                "CoBA-RL budgets differ between processes; their allocators have diverged "
-                f"(budgets per process: {every.tolist()})."
+    def _round_allocation(self, ids: np.ndarray, total: int) -> tuple[Allocation, bool]:
+        """The round's allocation, and whether it is the checkpoint's unfinished round regenerated."""
+        unfinished, self._unfinished = self._unfinished, None
+        if unfinished is not None:
+            replayed = unfinished.for_ids(ids)
+            if replayed is not None:
+                logger.info("CoBA-RL: the checkpoint's unfinished round is regenerated with its budgets")
+                return replayed, True
+            logger.warning(
+                "CoBA-RL: the first round after resuming holds other prompts than the checkpoint's "
+                "unfinished round (TRL's sampler restarts its shuffle on a resume past the first epoch; "
+                "or the data or batch sizes changed); allocating it anew."
             )
+        return self._allocate_on_main(ids, total), False
+
+    def _allocate_on_main(self, ids: np.ndarray, total: int) -> Allocation:
+        """The main process's allocation, on every process (module docstring: why not recompute).
+
+        An error on the main process is sent as text too, so the others raise instead of waiting.
+        """
+        answer: Allocation | str | None = None
+        error: Exception | None = None
+        if self.accelerator.is_main_process:
+            try:
+                answer = self.allocator.allocate(ids, total)
+            except Exception as err:  # re-raised below, after the others have been told
+                error, answer = err, f"{type(err).__name__}: {err}"
+        answer = broadcast_object_list([answer], from_process=0)[0]
+        if error is not None:
+            raise error
+        if not isinstance(answer, Allocation):
+            raise RuntimeError(f"CoBA-RL allocation failed on the main process: {answer}")
+        return answer
 
     def _replace_trl_group_logs(self, advantages: torch.Tensor, is_std_zero: torch.Tensor) -> None:
         """TRL logged advantages and ``frac_reward_zero_std`` of fixed groups of G; log the real groups'."""
@@ -257,10 +332,7 @@ class CobaGRPOTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
 
-    def _observe(self, row_ids: np.ndarray, rewards_per_func: torch.Tensor) -> None:
-        """One score per completion: TRL's weighted reward sum; rows no reward function scored are skipped."""
-        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-        scores = (rewards_per_func * weights).nansum(dim=1)  # (T,)
-        scored = ~torch.isnan(rewards_per_func).all(dim=1)  # (T,)
-        keep = scored.cpu().numpy()
-        self.allocator.observe(row_ids[keep], scores[scored].double().cpu().numpy())
+    def _observe(self, row_ids: np.ndarray, scores: torch.Tensor) -> None:
+        """Feed the tracker one score per completion (`row_scores`); unscored (NaN) rows are skipped."""
+        scored = ~torch.isnan(scores)  # (T,)
+        self.allocator.observe(row_ids[scored.cpu().numpy()], scores[scored].double().cpu().numpy())

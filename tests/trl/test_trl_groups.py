@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from coba_verl.trl.groups import collapse_runs, expand_rows, group_advantages, group_index, padded_groups
+from coba_verl.trl.groups import (
+    collapse_runs,
+    expand_rows,
+    group_advantages,
+    group_index,
+    padded_groups,
+    prompt_mean_score,
+    row_scores,
+)
 
 
 def test_collapse_runs_returns_first_row_of_each_run():
@@ -144,3 +152,24 @@ def test_group_advantages_raises_when_budgets_do_not_cover_the_rows():
             scale_rewards="group",
             multi_objective_aggregation="sum_then_normalize",
         )
+
+
+def test_prompt_mean_score_counts_each_prompt_once_where_the_row_mean_weighs_by_budget():
+    scores = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    assert prompt_mean_score(scores, np.array([6, 2])) == 0.5
+    assert float(scores.mean()) == 0.75  # TRL's reward: the easy prompt's six rollouts dominate
+
+
+def test_prompt_mean_score_equals_the_row_mean_for_equal_groups_and_skips_unscored_rows():
+    scores = torch.from_numpy(np.random.default_rng(0).random(12))
+    assert prompt_mean_score(scores, np.full(3, 4)) == pytest.approx(float(scores.mean()))
+    nan = float("nan")
+    # prompt 0: mean of 1 and 0; prompt 1: nothing scored, left out
+    assert prompt_mean_score(torch.tensor([1.0, nan, 0.0, nan, nan]), np.array([3, 2])) == 0.5
+
+
+def test_row_scores_are_the_weighted_sum_and_nan_where_no_function_scored():
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, 2.0], [nan, 2.0], [nan, nan]])
+    scores = row_scores(rewards, torch.tensor([1.0, 0.5]))
+    assert scores[:2].tolist() == [2.0, 1.0] and torch.isnan(scores[2])

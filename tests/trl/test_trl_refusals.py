@@ -17,17 +17,15 @@ from coba_verl.trl import CobaGRPOTrainer
             {},
             r"vllm_mode='server' is not supported by CobaGRPOTrainer: .* Use vllm_mode='colocate'",
         ),
-        (
-            {},
-            dict(min_rollouts=1),
-            r"coba.min_rollouts=1 is below 2: .* Set CobaConfig\(min_rollouts=2\)",
-        ),
-        (
+        (  # the core's check_budget, worded for TRL
             {},
             dict(min_rollouts=5, max_rollouts=16),
-            r"num_generations=4 is the mean budget .* \[coba.min_rollouts, coba.max_rollouts\] = \[5, 16\]",
+            r"num_generations=4 is the mean budget per prompt, but no budgets can spend the round "
+            r"\(generation_batch_size=16 completions\): total=16 is infeasible for M=4 prompts with low=5, "
+            r"up=16: need 20 <= total <= 64\. Set num_generations between coba.min_rollouts=5 and "
+            r"coba.max_rollouts=16",
         ),
-        ({}, dict(max_rollouts=3), r"num_generations=4 is the mean budget .* = \[2, 3\]"),
+        ({}, dict(max_rollouts=3), r"up=3: need 8 <= total <= 12\. Set num_generations between"),
         (
             dict(remove_unused_columns=True),
             {},
@@ -38,9 +36,7 @@ from coba_verl.trl import CobaGRPOTrainer
 def test_refuses_grpo_configs_under_which_budgets_cannot_work(
     make_trainer, grpo_config, config_kwargs, coba_fields, message
 ):
-    coba = CobaConfig()
-    for name, value in coba_fields.items():  # set after construction: CobaConfig may refuse some itself
-        setattr(coba, name, value)
+    coba = CobaConfig(**coba_fields)
     with pytest.raises(ValueError, match=message):
         make_trainer(CobaGRPOTrainer, grpo_config(**config_kwargs), coba_config=coba)
 
@@ -68,24 +64,32 @@ def test_refuses_a_rollout_func(make_trainer):
             Dataset.from_dict({"prompt": ["1+1=", "2+2="]}),
             r"train_dataset has no column 'prompt_id' \(columns: \['prompt'\]\)\. .*with_indices=True",
         ),
-        (
+        (  # PromptIdMap's checks, naming the column
             Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3="], "prompt_id": [4, 9, 4]}),
-            r"column 'prompt_id' must identify each prompt, but rows 0 and 2 both have id 4",
+            r"prompt_id must identify each training prompt, but rows 0 and 2 both have index 4 "
+            r"\(train_dataset column 'prompt_id'; their pass rates would be merged\)\. Give every row a "
+            r"unique id, e\.g\. its row number: dataset\.map\(lambda row, i: \{'prompt_id': i\}, "
+            r"with_indices=True\)\.",
         ),
         (
             Dataset.from_dict({"prompt": ["1+1=", "2+2="], "prompt_id": [0.5, 1.5]}),
-            r"column 'prompt_id' holds \['float'\] values; prompt ids must be all integers or all strings",
+            r"prompt_id=0\.5 of type float is not an integer or a string",
+        ),
+        (
+            Dataset.from_dict({"prompt": ["1+1=", "2+2="], "prompt_id": [[0], [1]]}),
+            r"prompt_id=\[0\] of type list is not an integer or a string",
         ),
         (
             Dataset.from_dict({"prompt": ["1+1=", "2+2="], "prompt_id": [0, 1]}).to_iterable_dataset(),
             r"CobaGRPOTrainer got an IterableDataset: .* needs a map-style datasets.Dataset",
         ),
     ],
-    ids=["missing", "repeated", "float", "iterable"],
+    ids=["missing", "repeated", "float", "list", "iterable"],
 )
 def test_refuses_training_sets_without_unique_prompt_ids(make_trainer, dataset, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as refused:
         make_trainer(CobaGRPOTrainer, dataset=dataset)
+    assert "extra_info" not in str(refused.value)  # veRL's name for the id is not TRL's
 
 
 def test_reads_ids_from_the_named_column(make_trainer, toy):

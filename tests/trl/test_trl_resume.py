@@ -1,6 +1,9 @@
-"""Kill-and-resume through TRL's checkpoint folder reproduces the allocations of an uninterrupted run."""
+"""Kill-and-resume through TRL's checkpoint folder reproduces the allocations of an uninterrupted run,
+whether the checkpoint falls between generation rounds or inside one."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,7 +11,7 @@ from transformers import TrainerCallback
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.trl import CobaGRPOTrainer
-from coba_verl.trl.checkpoint import STATE_FILE, load_allocator, save_allocator
+from coba_verl.trl.checkpoint import STATE_FILE, RoundPlan, load_allocator, save_allocator
 
 
 class Killed(Exception):
@@ -24,64 +27,94 @@ class KillAfterSave(TrainerCallback):
             raise Killed(f"killed after saving step {self.step}")
 
 
-def record_budgets(trainer: CobaGRPOTrainer) -> list[dict[int, int]]:
-    """Every allocation of the trainer as {prompt id: B_i}, in step order."""
-    out: list[dict[int, int]] = []
-    allocate = trainer.allocator.allocate
+def record_rounds(trainer: CobaGRPOTrainer) -> list[tuple[int, dict[int, int]]]:
+    """Every generation round of the trainer as (optimiser steps done before it, {prompt id: B_i})."""
+    out: list[tuple[int, dict[int, int]]] = []
+    plan_round = trainer._plan_round
 
-    def spy(ids, total):
-        result = allocate(ids, total)
-        out.append(dict(zip(np.asarray(ids).tolist(), result.budgets.tolist(), strict=True)))
-        return result
+    def spy(inputs):
+        plan = plan_round(inputs)
+        budgets = dict(zip(plan.ids.tolist(), plan.allocation.budgets.tolist(), strict=True))
+        out.append((trainer.state.global_step, budgets))
+        return plan
 
-    trainer.allocator.allocate = spy
+    trainer._plan_round = spy
     return out
 
 
+KILL = 3  # of 6 steps
+
+
 @pytest.mark.slow
-def test_kill_and_resume_reproduces_the_allocations(make_trainer, grpo_config, tmp_path, toy):
+@pytest.mark.parametrize(
+    "round_kwargs",
+    [{}, dict(num_iterations=2), dict(per_device_train_batch_size=8, steps_per_generation=2)],
+    ids=["between-rounds", "inside-a-round-num_iterations=2", "inside-a-round-steps_per_generation=2"],
+)
+def test_kill_and_resume_reproduces_the_allocations(make_trainer, grpo_config, tmp_path, toy, round_kwargs):
     def config(out: str):
-        return grpo_config(output_dir=str(tmp_path / out), max_steps=6, save_strategy="steps", save_steps=3)
+        saving = dict(save_strategy="steps", save_steps=KILL)
+        return grpo_config(output_dir=str(tmp_path / out), max_steps=6, **saving, **round_kwargs)
 
     coba = CobaConfig(max_rollouts=10)
     full = make_trainer(CobaGRPOTrainer, config("full"), coba_config=coba)
-    full_budgets = record_budgets(full)
+    full_rounds = record_rounds(full)
     full.train()
 
-    killed = make_trainer(CobaGRPOTrainer, config("killed"), coba_config=coba, callbacks=[KillAfterSave(3)])
-    killed_budgets = record_budgets(killed)
+    kill = KillAfterSave(KILL)
+    killed = make_trainer(CobaGRPOTrainer, config("killed"), coba_config=coba, callbacks=[kill])
+    killed_rounds = record_rounds(killed)
     with pytest.raises(Killed):
         killed.train()
-    checkpoint = tmp_path / "killed" / "checkpoint-3"
+    checkpoint = tmp_path / "killed" / f"checkpoint-{KILL}"
     assert (checkpoint / STATE_FILE).exists()
 
     resumed = make_trainer(CobaGRPOTrainer, config("killed"), coba_config=coba)
-    resumed_budgets = record_budgets(resumed)
+    resumed_rounds = record_rounds(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
 
-    assert killed_budgets == full_budgets[:3]
-    assert resumed_budgets == full_budgets[3:]
+    # The resumed run starts with the round the kill fell in (TRL regenerates it) with that
+    # round's budgets, then generates the later rounds at the uninterrupted run's steps.
+    current = [budgets for start, budgets in full_rounds if start <= KILL][-1]
+    assert killed_rounds == [r for r in full_rounds if r[0] < KILL]
+    assert resumed_rounds == [(KILL, current)] + [r for r in full_rounds if r[0] > KILL]
     # a tracker that had not been restored would start cold, i.e. uniform
-    assert all(max(b.values()) > toy.G for b in resumed_budgets)
-    assert resumed.allocator.tracker.steps == full.allocator.tracker.steps == 6
+    assert all(max(b.values()) > toy.G for _, b in resumed_rounds)
+    # every round observed once: the regenerated one is not counted again
+    assert resumed.allocator.tracker.steps == full.allocator.tracker.steps == len(full_rounds)
 
 
 def test_allocator_file_round_trips_and_refuses_another_training_set(tmp_path):
     allocator = BudgetAllocator(CobaConfig(), num_prompts=5)
     allocator.observe([0, 0, 3, 3, 3], [1.0, 0.0, 1.0, 1.0, 0.0])
     allocator.end_step()
+    unfinished = RoundPlan(ids=np.array([3, 0, 4]), allocation=allocator.allocate([3, 0, 4], 12))
     allocator.observe([1, 1], [1.0, 1.0])  # pending, not yet committed
-    save_allocator(str(tmp_path), allocator, fingerprint="abc", id_column="prompt_id")
+    save_allocator(
+        str(tmp_path), allocator, fingerprint="abc", id_column="prompt_id", trl_step=7, unfinished=unfinished
+    )
 
     restored = BudgetAllocator(CobaConfig(), num_prompts=5)
-    assert load_allocator(str(tmp_path), restored, fingerprint="abc")
+    resumed = load_allocator(str(tmp_path), restored, fingerprint="abc")
+    assert resumed is not None and resumed.trl_step == 7
+    np.testing.assert_array_equal(resumed.unfinished.ids, unfinished.ids)
+    np.testing.assert_equal(
+        dataclasses.asdict(resumed.unfinished.allocation), dataclasses.asdict(unfinished.allocation)
+    )
+    # the same prompts in another order (a resume past the first epoch) get the same budgets each
+    reordered = resumed.unfinished.for_ids(np.array([0, 4, 3]))
+    np.testing.assert_array_equal(reordered.budgets, unfinished.allocation.budgets[[1, 2, 0]])
+    np.testing.assert_array_equal(reordered.pass_rates, unfinished.allocation.pass_rates[[1, 2, 0]])
+    assert resumed.unfinished.for_ids(np.array([0, 1, 3])) is None
     ids = np.arange(5)
     np.testing.assert_array_equal(restored.tracker.pass_rates(ids), allocator.tracker.pass_rates(ids))
     assert restored.end_step() == allocator.end_step()
     np.testing.assert_array_equal(restored.allocate(ids, 20).budgets, allocator.allocate(ids, 20).budgets)
 
+    save_allocator(str(tmp_path), allocator, fingerprint="abc", id_column="prompt_id", trl_step=8)
+    assert load_allocator(str(tmp_path), restored, fingerprint="abc").unfinished is None
     with pytest.raises(
         ValueError, match=r"'prompt_id' ids differ from this run's \(id-map fingerprint mismatch\)"
     ):
         load_allocator(str(tmp_path), BudgetAllocator(CobaConfig(), num_prompts=5), fingerprint="xyz")
-    assert not load_allocator(str(tmp_path / "missing"), restored, fingerprint="abc")
+    assert load_allocator(str(tmp_path / "missing"), restored, fingerprint="abc") is None

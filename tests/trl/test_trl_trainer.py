@@ -106,6 +106,8 @@ def test_uniform_strategy_takes_the_same_steps_as_stock_grpo(
     for mine, theirs in zip(coba.model.parameters(), stock.model.parameters(), strict=True):
         assert torch.equal(mine, theirs)
     assert any(not torch.equal(p, s) for p, s in zip(coba.model.parameters(), start, strict=True))
+    logged = [h for h in coba.state.log_history if "loss" in h]  # equal groups: the two means agree
+    assert all(h["coba/prompt_mean_score"] == pytest.approx(h["reward"]) for h in logged)
 
 
 def test_coba_generates_each_prompt_its_budget_and_centres_advantages_per_group(
@@ -142,6 +144,10 @@ def test_coba_generates_each_prompt_its_budget_and_centres_advantages_per_group(
             if np.ptp(s) == 0
         )
         assert trainer.state.log_history[step]["frac_reward_zero_std"] == pytest.approx(zero_std_rows / total)
+        # each prompt's mean score, averaged over prompts (TRL's reward averages over rows)
+        groups = np.split(rewards, np.cumsum(budgets)[:-1])
+        prompt_mean = np.mean([g.mean() for g in groups])
+        assert trainer.state.log_history[step]["coba/prompt_mean_score"] == pytest.approx(prompt_mean)
 
     assert seen.allocations[0][1].strategy == "uniform"  # cold start: no pass rates yet (spec §2)
     later = [a.budgets for _, a in seen.allocations[1:]]
@@ -150,6 +156,8 @@ def test_coba_generates_each_prompt_its_budget_and_centres_advantages_per_group(
     for key in ("coba/budget_mean", "coba/budget_max", "coba/alpha", "coba/alpha_next", "coba/plugin_time_s"):
         assert key in logged
     assert logged["coba/budget_mean"] == toy.G
+    later_logs = trainer.state.log_history[1:4]
+    assert any(h["coba/prompt_mean_score"] != pytest.approx(h["reward"]) for h in later_logs)
     assert any(k.startswith("coba/budget_hist/") for k in logged)
 
 
