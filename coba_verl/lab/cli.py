@@ -168,7 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir", type=Path, default=_default_cache(), help="warm-start cache [default %(default)s]"
     )
     p.add_argument("--no-cache", action="store_true", help="always recompute the warm start")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the progress bar [default: only when stderr is a terminal, so a redirected log "
+        "gets no bar]",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return p
 
@@ -183,6 +189,15 @@ def config_from_args(args: argparse.Namespace) -> LabConfig:
     if args.coba is not None:
         given["coba"] = {**SCENARIOS[args.scenario].get("coba", {}), **dict(args.coba)}
     return LabConfig.from_scenario(args.scenario, **given)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """``--progress`` / ``--no-progress`` when given, else whether stderr is a terminal: tqdm redraws
+    by writing carriage returns, which a redirected log keeps as one line per update."""
+    if args.progress is not None:
+        return bool(args.progress)
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def _unique_dir(path: Path) -> Path:
@@ -219,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = args.out if args.out is not None else _unique_dir(Path("runs") / time.strftime("lab-%Y%m%d-%H%M%S"))
-    outcome = run_lab(
-        cfg, out, cache_dir=None if args.no_cache else args.cache_dir, progress=not args.no_progress
-    )
+    outcome = run_lab(cfg, out, cache_dir=None if args.no_cache else args.cache_dir, progress=_progress(args))
     sys.stdout.write(outcome.table + "\n")
     sys.stdout.write(
         f"\n{outcome.status} in {outcome.wall_s:.0f} s, peak RSS {outcome.peak_rss_mb:.0f} MB; "

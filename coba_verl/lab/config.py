@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,8 +10,6 @@ from coba_verl.core.config import STRATEGIES, CobaConfig
 from coba_verl.lab.task import parse_levels
 
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
-
-_LABEL = re.compile(r"^(?P<strategy>[a-z_]+)(?:@(?P<scale>[0-9]*\.?[0-9]+))?$")
 
 
 @dataclass(frozen=True)
@@ -29,19 +27,31 @@ class RunSpec:
 def parse_run_label(label: str) -> RunSpec:
     """``"coba"`` -> RunSpec("coba", 1.0); ``"coba@0.5"`` -> RunSpec("coba", 0.5).
 
+    The strategy and the scale are checked apart, so the message names the part that is wrong.
+
     Raises:
-        ValueError: naming the label when the strategy is unknown or the scale is not in (0, 1].
+        ValueError: naming the strategy when it is unknown, or the scale when it is not a number
+            in (0, 1].
     """
-    m = _LABEL.match(label.strip())
-    if m is None or m["strategy"] not in STRATEGIES:
+    strategy, at, raw = (x.strip() for x in label.strip().partition("@"))
+    if strategy not in STRATEGIES:
+        where = f" (in {label!r})" if at else ""
         raise ValueError(
-            f"strategy {label!r} is unknown; use one of {', '.join(STRATEGIES)}, optionally with a budget "
-            "scale such as 'coba@0.5'."
+            f"strategy {strategy!r}{where} is unknown; use one of {', '.join(STRATEGIES)}, "
+            "optionally with a budget scale such as 'coba@0.5'."
         )
-    scale = float(m["scale"]) if m["scale"] else 1.0
-    if not 0.0 < scale <= 1.0:
-        raise ValueError(f"budget scale in {label!r} must lie in (0, 1], e.g. 'coba@0.5'.")
-    return RunSpec(m["strategy"], scale)
+    if not at:
+        return RunSpec(strategy)
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = math.nan
+    if not 0.0 < scale <= 1.0:  # also false for NaN
+        raise ValueError(
+            f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
+            f"rollouts per step, e.g. '{strategy}@0.5'."
+        )
+    return RunSpec(strategy, scale)
 
 
 @dataclass

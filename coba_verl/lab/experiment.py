@@ -8,7 +8,7 @@ Run folder::
     metrics.csv                the same rows' scalar columns, written at the end
     snapshots.jsonl            (p_hat_i, B_i) of every prompt at a few steps, per run
     warmstart.json             per seed: time, held-out accuracy per level, pass-rate histogram
-    summary.txt, summary.json  the table printed at the end
+    summary.txt, summary.json  the text printed at the end (`coba_verl.lab.report.format_summary`)
     plots/*.png                see `coba_verl.lab.plots`
 
 Rows are appended and flushed step by step, and the summary, config status and plots are
@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from coba_verl.lab.config import LabConfig
 from coba_verl.lab.plots import write_plots
-from coba_verl.lab.report import LEGEND, format_regime, format_table, regime, summarise
+from coba_verl.lab.report import format_summary, regime, summarise
 from coba_verl.lab.runner import PASS_BINS, evaluate, new_model, pass_histogram, prepare_seed, train_run
 
 __all__ = ["LabOutcome", "RunFolder", "run_lab", "read_metrics"]
@@ -51,10 +51,6 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, np.generic):
         return _jsonable(x.item())
     return x
-
-
-def _isnan(x: Any) -> bool:
-    return isinstance(x, float) and math.isnan(x)
 
 
 def _from_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -217,11 +213,7 @@ def run_lab(
         try:
             folder.close()
             summary, reg = summarise(folder.rows), regime(folder.rows)
-            table = (
-                f"{format_table(summary)}\n\nRegime:\n\n{format_regime(reg)}\n\n{LEGEND}"
-                if summary
-                else "(no step ran)"
-            )
+            table = format_summary(summary, reg)
             wall = time.perf_counter() - start
             peak = _peak_rss_mb()
             (folder.path / "summary.txt").write_text(table + "\n")

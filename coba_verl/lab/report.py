@@ -1,30 +1,13 @@
 """Statistics of a lab run folder: per run label over seeds, paired with ``uniform`` of the same seed.
 
 Every run of a seed shares the warm start, the prompt order and the evaluation's random numbers,
-so the difference between two runs of one seed is far less noisy than either run; the intervals
-below are over seeds of those paired differences.
+so the difference between two runs of one seed is far less noisy than either run. With two or
+more seeds the summary gives 95 % t-intervals over seeds of those paired differences; with one
+seed it gives the single difference and says that it has no interval (`seeds_note`).
 
-Columns of the comparison table (`format_table`):
-
-    final acc       held-out avg@k at the last step, mean over seeds [95 % t-interval]
-    Δ final         final acc minus uniform's of the same seed, mean [95 % t-interval]
-    AUC             area under held-out accuracy vs training rollouts (from the warm start at 0
-                    rollouts to the run's last step), divided by the run's rollouts: the mean
-                    accuracy over training
-    Δ AUC           AUC minus uniform's of the same seed [95 % t-interval]
-    to uniform      training rollouts until held-out accuracy first reaches uniform's final
-                    accuracy of the same seed; mean over the seeds that do (k/n of them)
-    zero-var groups share of prompt groups whose rollouts all pass or all fail (no GRPO signal)
-    zero-var rollouts  share of the rollouts spent in such groups
-    plugin          allocate + observe + end_step as a share of the step's wall time
-
-and of the regime table (`format_regime`), which says which phase an allocator was in:
-
-    F̄ start / end   prompt-averaged batch failure rate, mean of the first / last 3 steps
-    α_t             the Beta shape's α that drove allocation at the start of epoch 2, the middle
-                    and the last step (only for strategies that use one)
-    pass rates      per-prompt pass rates of the training batches in the first and the last
-                    epoch: share at 0, strictly between, at 1
+`format_summary` is the text of ``summary.txt`` and of the command's output: the seeds note and
+the column legend (`LEGEND`) first, then the comparison table (`format_table`) and the regime
+table (`format_regime`).
 """
 
 from __future__ import annotations
@@ -36,9 +19,63 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-__all__ = ["t_interval", "summarise", "regime", "format_table", "format_regime", "LEGEND"]
+__all__ = [
+    "t_interval", "summarise", "regime", "format_table", "format_regime", "format_summary", "seeds_note",
+    "LEGEND",
+]  # fmt: skip
 
-LEGEND = __doc__.split("\n\n", 1)[1].strip()
+LEGEND = """\
+Columns of the comparison table:
+
+    seeds                        seeds the run finished; its numbers are means over them
+    rollouts/step                the run's rollouts per step, M * n * scale
+    final acc                    held-out avg@k at the last step
+    Δ final vs uniform           final acc minus uniform's of the same seed
+    AUC                          area under held-out accuracy vs training rollouts (from the warm
+                                 start at 0 rollouts to the run's last step), divided by the run's
+                                 rollouts: the mean accuracy over training
+    Δ AUC vs uniform             AUC minus uniform's of the same seed
+    rollouts to uniform's final  training rollouts until held-out accuracy first reaches uniform's
+                                 final accuracy of the same seed; mean over the seeds that do (k/n
+                                 of them)
+    zero-var groups              share of prompt groups whose rollouts all pass or all fail (no
+                                 GRPO signal)
+    zero-var rollouts            share of the rollouts spent in such groups
+    plugin                       allocate + observe + end_step as a share of the step's wall time
+    s/step                       mean wall time of a step, evaluation excluded
+
+With two or more seeds, final acc, Δ final, AUC and Δ AUC carry a 95 % t-interval over seeds in
+brackets, [low, high]; with one seed they are single values.
+
+Columns of the regime table, which says which phase an allocator was in:
+
+    F̄ start / end                prompt-averaged batch failure rate, mean of the first / last 3 steps
+    α_t                          the Beta shape's α that drove allocation at the start of epoch 2,
+                                 the middle and the last step (only for strategies that use one)
+    train pass rates             per-prompt pass rates of the training batches in the first and the
+                                 last epoch: share at 0, strictly between, at 1"""
+"""The column legend of the summary; the same for every run folder (bench/learning.py cuts it out)."""
+
+
+def seeds_note(n_seeds: int, reference: str = "uniform") -> str:
+    """What the summary's numbers can and cannot show with ``n_seeds`` seeds.
+
+    One seed gives one paired difference per run (its run minus ``reference``'s, same warm start,
+    prompts and evaluation noise): a direction and a size, but nothing about how much it would
+    move on another seed, so no interval. Several seeds give a t-interval over the per-seed
+    differences.
+    """
+    if n_seeds == 1:
+        return (
+            f"One seed: each Δ is a single paired difference, this seed's run minus {reference}'s.\n"
+            "It shows the direction and size of one comparison, not whether another seed would agree:\n"
+            "there is no interval, and a difference of a few points may be seed noise. For 95 %\n"
+            "t-intervals over seeds, run several, e.g. --seeds 0,1,2,3,4."
+        )
+    return (
+        f"{n_seeds} seeds: each Δ is the mean over seeds of the paired difference (a run minus\n"
+        f"{reference}'s of the same seed), with its 95 % t-interval over the seeds in brackets."
+    )
 
 
 def t_interval(xs: list[float] | np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -213,3 +250,17 @@ def format_regime(reg: list[dict[str, Any]]) -> str:
             f"| {three(g['hist_start'])} | {three(g['hist_end'])} |"
         )
     return "\n".join(lines)
+
+
+def format_summary(
+    summary: list[dict[str, Any]], reg: list[dict[str, Any]], reference: str = "uniform"
+) -> str:
+    """The text of ``summary.txt``: the seeds note and `LEGEND` above the two tables, so nothing
+    refers to a table or an interval further down that may be absent; ``(no step ran)`` when empty."""
+    if not summary:
+        return "(no step ran)"
+    n_seeds = max(s["seeds"] for s in summary)
+    return (
+        f"{seeds_note(n_seeds, reference)}\n\n{LEGEND}\n\n"
+        f"Comparison:\n\n{format_table(summary, reference)}\n\nRegime:\n\n{format_regime(reg)}"
+    )

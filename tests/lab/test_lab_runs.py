@@ -126,8 +126,11 @@ def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: p
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--runs", "uniform,bogus"], "'bogus' is unknown"),
-        (["--runs", "coba@1.5"], "must lie in (0, 1]"),
+        (["--runs", "uniform,bogus"], "strategy 'bogus' is unknown"),
+        (["--runs", "bogus@0.5"], "strategy 'bogus' (in 'bogus@0.5') is unknown"),
+        (["--runs", "coba@1.5"], "budget scale '1.5' in 'coba@1.5' must be a number in (0, 1]"),
+        (["--runs", "coba@-1"], "budget scale '-1' in 'coba@-1' must be a number in (0, 1]"),
+        (["--runs", "coba@half"], "budget scale 'half' in 'coba@half'"),
         (["--seeds", "0,x"], "'0,x' is not a valid value"),
         (["--steps", "0"], "steps=0 must be a positive integer"),
         (["--steps", "x"], "'x' is not a valid value"),
@@ -152,14 +155,47 @@ def test_bad_arguments_exit_2_with_a_message_naming_the_value(argv, message, cap
 def test_command_line_run_prints_the_summary_table(tmp_path: Path, capsys) -> None:
     argv = "--runs uniform,coba --steps 3 --n-train 32 --n-eval 8 --prompts-per-step 8"
     argv += " --rollouts-per-prompt 4 --eval-every 3 --eval-samples 1 --warm-steps 2"
-    argv += " --no-cache --no-progress -q"
+    argv += " --no-cache -q"  # no --no-progress: captured stderr is no terminal, so no bar
     argv = [*argv.split(), "--out", str(tmp_path / "cli")]
     assert main(argv) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "final acc" in out and "Δ final vs uniform" in out and "F̄ start" in out and "coba" in out
-    assert "[" not in out.split("\n")[2]  # one seed: no interval
-    assert (tmp_path / "cli" / "summary.txt").exists()
+    prose, tables = out.split("Comparison:", 1)
+    assert "One seed" in prose and "--seeds" in prose  # what one seed shows, above the tables
+    assert "[" not in tables.split("Regime:")[0]  # one seed: no interval
+    assert "step/s" not in captured.err and "s/step" not in captured.err  # no progress bar
+    assert (tmp_path / "cli" / "summary.txt").read_text() == out.split("\nfinished in")[0].rstrip() + "\n"
     np.testing.assert_equal(json.loads((tmp_path / "cli" / "config.json").read_text())["status"], "finished")
+
+
+@pytest.mark.parametrize(
+    ("flag", "tty", "shown"),
+    [([], False, False), ([], True, True), (["--progress"], False, True), (["--no-progress"], True, False)],
+)
+def test_progress_bar_defaults_to_whether_stderr_is_a_terminal(
+    flag: list[str], tty: bool, shown: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, bool] = {}
+
+    def fake_run_lab(cfg, out, *, cache_dir=None, progress=True):
+        seen["progress"] = progress
+        return experiment.LabOutcome(Path(out), [], [], "(no step ran)", "finished", 0.0, 0.0)
+
+    class Stderr:
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+        def isatty(self) -> bool:
+            return tty
+
+    monkeypatch.setattr(experiment, "run_lab", fake_run_lab)
+    monkeypatch.setattr("sys.stderr", Stderr())
+    assert main([*flag, "-q", "--out", str(tmp_path / "x")]) == 0
+    assert seen["progress"] is shown
 
 
 def test_help_shows_defaults_as_typed_values_not_python_lists(capsys) -> None:
