@@ -6,9 +6,11 @@ so every veRL override works unchanged and every `CobaConfig` field is one more 
     python -m coba_verl.main data.train_files=... actor_rollout_ref.model.path=... \\
         actor_rollout_ref.rollout.n=16 coba.strategy=coba coba.kappa=11
 
-The run goes through veRL's own ``run_ppo`` and ``TaskRunnerV1``; the only differences from
-``main_ppo`` are the refusals of `check_config` (before Ray starts) and
-``trainer.v1.trainer_mode=coba_sync``, which makes ``TaskRunnerV1`` build `CobaTrainer`.
+The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL's default) it is
+``TaskRunnerV1``, and ``trainer.v1.trainer_mode=coba_sync`` makes it build `CobaTrainer`; with
+``trainer.use_v1=false`` it is `CobaTaskRunner` (veRL's classic TaskRunner building
+`CobaRayPPOTrainer`), after the row translation of `translate_config`. Either way the refusals
+of `check_config` come before Ray starts.
 """
 
 from __future__ import annotations
@@ -68,19 +70,25 @@ def check_plugin_loaded() -> None:
 def prepare_config(config: DictConfig) -> CobaConfig:
     """Everything ``main`` does before Ray: refusals, veRL's validate_config, trainer selection.
 
-    Returns the `CobaConfig`; ``config.trainer.v1.trainer_mode`` is set to ``coba_sync``.
+    Returns the `CobaConfig`. V1: ``config.trainer.v1.trainer_mode`` is set to ``coba_sync``;
+    classic: the config is translated to rows (`coba_verl.verl_plugin.classic.translate_config`).
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    if not config.trainer.use_v1:
+        from coba_verl.verl_plugin.classic import translate_config
+
+        translate_config(config)  # before validate_config, which must see the rows veRL will build
     coba_config = check_config(config)
     validate_config(
         config=config,
         use_reference_policy=need_reference_policy(config),
         use_critic=need_critic(config),
     )
-    with open_dict(config):
-        config.trainer.v1.trainer_mode = COBA_TRAINER_MODE
+    if config.trainer.use_v1:
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = COBA_TRAINER_MODE
     return coba_config
 
 
@@ -98,9 +106,14 @@ def run(config: DictConfig) -> None:
         launcher.check_accelerator(config)
     auto_set_device(config)
     coba_config = prepare_config(config)
-    check_plugin_loaded()
     logger.info("CoBA-RL: %s", coba_config)
-    run_ppo(config, task_runner_class=TaskRunnerV1)
+    if config.trainer.use_v1:
+        check_plugin_loaded()
+        run_ppo(config, task_runner_class=TaskRunnerV1)
+    else:
+        from coba_verl.verl_plugin.classic import CobaTaskRunner
+
+        run_ppo(config, task_runner_class=CobaTaskRunner)
 
 
 @hydra.main(config_path="config", config_name="coba_trainer", version_base=None)

@@ -115,17 +115,25 @@ class CobaDataLoader(StatefulDataLoader):
         starts the tracker empty, with a warning.
         """
         state = dict(state_dict)
-        coba = state.pop(STATE_KEY, None)
+        self.load_coba_state(state.pop(STATE_KEY, None))
+        super().load_state_dict(state)
+
+    def load_coba_state(self, coba: dict[str, Any] | None) -> None:
+        """Restore the ``STATE_KEY`` entry of a data.pt (None: stock veRL's, the tracker starts empty).
+
+        Raises:
+            ValueError: the entry was written for a training set with other ``extra_info.index`` values.
+        """
         if coba is None:
             logger.warning(
-                "dataloader checkpoint has no %s entry: the CoBA-RL tracker starts empty", STATE_KEY
+                "dataloader checkpoint has no %s entry: the CoBA-RL tracker starts empty",
+                STATE_KEY,
             )
-        else:
-            if coba["prompt_ids"] != self.prompt_ids.fingerprint:
-                raise ValueError(
-                    "the checkpoint's tracker was keyed by a different set of extra_info.index values than "
-                    "this run's training set; resume with the same data.train_files and filtering options."
-                )
-            self.allocator.load_state_dict(coba["allocator"])
-            self.window_rest = coba.get("window_rest")
-        super().load_state_dict(state)
+            return
+        if coba["prompt_ids"] != self.prompt_ids.fingerprint:
+            raise ValueError(
+                "the checkpoint's tracker was keyed by a different set of extra_info.index values than "
+                "this run's training set; resume with the same data.train_files and filtering options."
+            )
+        self.allocator.load_state_dict(coba["allocator"])
+        self.window_rest = coba.get("window_rest")
