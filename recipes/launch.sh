@@ -5,6 +5,7 @@
 #
 #   STRATEGY         coba | coba_release | knapsack | uniform (GRPO) | static | reverse   [coba]
 #   ROLLOUT          vllm | sglang                                                         [vllm]
+#   TRAINER          v1 (veRL's V1 sync trainer) | classic (RayPPOTrainer, trainer.use_v1=false)  [v1]
 #   MODEL_PATH       model folder or hub id                            [the setting's hub id]
 #   NNODES           nodes of the Ray cluster                             [the setting's, 1]
 #   N_GPUS_PER_NODE  GPUs per node                                                [setting's]
@@ -25,6 +26,7 @@ LOGGER=${LOGGER:-'["console"]'}
 PROJECT=${PROJECT:-coba-verl}
 PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}
+TRAINER=${TRAINER:-v1}
 
 launch() {
   local task experiment
@@ -35,6 +37,13 @@ launch() {
     find "$RECIPE_DIR/config" -name '[!_]*.yaml' -exec basename {} .yaml \; | sort >&2
     return 2
   fi
+  case "$TRAINER" in
+    v1 | classic) ;;
+    *)
+      echo "TRAINER=$TRAINER: choose v1 (veRL's V1 sync trainer) or classic (trainer.use_v1=false)" >&2
+      return 2
+      ;;
+  esac
   local -a cmd=(
     "$PYTHON" -m coba_verl.main
     --config-path "$RECIPE_DIR/config"
@@ -47,6 +56,9 @@ launch() {
     "trainer.experiment_name=$experiment"
     "trainer.logger=$LOGGER"
   )
+  if [[ "$TRAINER" == classic ]]; then
+    cmd+=("trainer.use_v1=false")
+  fi
   if [[ -n "$MODEL_PATH" ]]; then
     cmd+=("actor_rollout_ref.model.path=$MODEL_PATH")
   fi

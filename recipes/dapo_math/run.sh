@@ -6,9 +6,11 @@
 #   bash recipes/dapo_math/run.sh                                   # CoBA-RL, 1 node x 8 GPUs
 #   STRATEGY=uniform bash recipes/dapo_math/run.sh                  # GRPO with everything else equal
 #   SETTING=qwen2.5_7b_instruct_half_budget bash recipes/dapo_math/run.sh
+#   SETTING=qwen2.5_7b_instruct_dynamic_sampling bash recipes/dapo_math/run.sh   # DAPO dynamic sampling
+#   TRAINER=classic bash recipes/dapo_math/run.sh                   # veRL's classic RayPPOTrainer
 #   VAL_BENCHMARKS="aime2024 aime2025 amc23 math500_dapo olympiadbench minerva" bash recipes/dapo_math/run.sh
 #
-# Variables of recipes/launch.sh apply (STRATEGY, ROLLOUT, MODEL_PATH, NNODES, ...).
+# Variables of recipes/launch.sh apply (STRATEGY, TRAINER, ROLLOUT, MODEL_PATH, NNODES, ...).
 set -euo pipefail
 
 RECIPE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
