@@ -1,7 +1,13 @@
-"""coba-verl: CoBA-RL per-prompt rollout budgets for GRPO, as a veRL plugin.
+"""coba-verl: CoBA-RL per-prompt rollout budgets for GRPO, as a veRL plugin and a TRL trainer.
 
-The core (`coba_verl.core`) is plain numpy; the veRL glue lives in `coba_verl.verl_plugin`
-and is imported only by the trainer entry point.
+Importing this package loads the core only (`coba_verl.core`, plain numpy), which is all the base
+install (``pip install coba-verl``) brings. Each other part comes with an extra:
+
+    coba-verl[verl]   coba_verl.verl_plugin, coba_verl.main (``coba-verl train``), coba_verl.cpu,
+                      coba_verl.data (``coba-verl data``)
+    coba-verl[lab]    coba_verl.lab (``coba-verl lab``); brings veRL too
+    coba-verl[trl]    coba_verl.trl; TRL without veRL, in an environment of its own
+    coba-verl[test]   the test suite and linters (veRL and the lab; TRL goes apart)
 """
 
 from coba_verl.core import (

@@ -9,6 +9,7 @@ coba-verl --version   the installed version
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from importlib import resources
 
@@ -19,6 +20,25 @@ COMMANDS = {
     "train": ("coba_verl.main", "veRL GRPO training with CoBA-RL budgets (Hydra overrides)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
 }
+
+#: command -> (the extra that brings it, the top-level modules of that extra it imports).
+NEEDS = {
+    "lab": ("lab", ("torch", "transformers", "verl", "scipy", "matplotlib", "tqdm", "yaml")),
+    "train": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
+    "data": ("verl", ("verl", "pyarrow", "datasets")),
+}
+
+
+def missing_extra(name: str) -> str | None:
+    """Why command ``name`` cannot run here (its extra is not installed), or None when it can."""
+    extra, modules = NEEDS[name]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    return (
+        f"coba-verl {name}: needs the '{extra}' extra, not installed here (no module {', '.join(missing)}).\n"
+        f'  pip install "coba-verl[{extra}]"    (on CPU: pip install torch==2.13.0 "coba-verl[{extra}]")\n'
+    )
 
 
 def _usage() -> str:
@@ -94,9 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         sys.stderr.write(f"coba-verl: unknown command {name!r}\n{_usage()}\n")
         return 2
-    if name == "train" and ("-h" in rest or "--help" in rest):
+    wants_help = "-h" in rest or "--help" in rest
+    if name == "train" and wants_help:
         sys.stdout.write(train_usage() + "\n")  # before importing veRL (seconds) and its config
         return 0
+    if not (name == "lab" and wants_help):  # the lab's --help needs nothing but the core
+        error = missing_extra(name)
+        if error:
+            sys.stderr.write(error)
+            return 1
     module = importlib.import_module(COMMANDS[name][0])
     if name == "train":
         # Hydra reads sys.argv itself; its --help prints veRL's whole config.

@@ -100,3 +100,12 @@ def test_coba_keys_follow_cobaconfig_fields_in_order():
 
     assert [k for k, _, _ in cli.coba_keys()] == [f.name for f in dataclasses.fields(CobaConfig)]
 
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "verl" else real(n, *a))
+    assert cli.main(["train", "x=1"]) == 1
+    assert 'pip install "coba-verl[verl]"' in capsys.readouterr().err
