@@ -10,7 +10,9 @@ The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL'
 ``TaskRunnerV1``, and ``trainer.v1.trainer_mode=coba_sync`` makes it build `CobaTrainer`; with
 ``trainer.use_v1=false`` it is `CobaTaskRunner` (veRL's classic TaskRunner building
 `CobaRayPPOTrainer`), after the row translation of `translate_config`. Either way the refusals
-of `check_config` come before Ray starts.
+of `check_config` and the input checks of `coba_verl.preflight` (data files, model folder,
+``extra_info.index``, the checkpoint a resume would continue) come before Ray starts, and a
+refusal of ours prints as one line, ``coba-verl: <message>``, with exit status 2.
 """
 
 from __future__ import annotations
@@ -18,19 +20,28 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
+import warnings
 
 import hydra
 from omegaconf import DictConfig, open_dict
 
+from coba_verl import preflight
 from coba_verl.core import CobaConfig
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 
 logger = logging.getLogger(__name__)
 
+# veRL warns on import for every optional engine not installed (torchtitan, veomni, megatron, ...):
+# 10 lines before any message of ours, none of them relevant to a run (Ray workers: cpu.launcher).
+warnings.filterwarnings("ignore", category=UserWarning, module="verl.workers.engine")
+
 #: Name of our entry point in the ``verl.plugins`` group (see pyproject.toml).
 PLUGIN_NAME = "coba_verl"
 #: The module that entry point loads.
 PLUGIN_MODULE = "coba_verl.verl_plugin.registration"
+#: Exit status of a refusal of ours (as for a usage error).
+REFUSAL_STATUS = 2
 
 
 def check_plugin_loaded() -> None:
@@ -93,19 +104,30 @@ def prepare_config(config: DictConfig) -> CobaConfig:
 
 
 def run(config: DictConfig) -> None:
-    """Check, then hand over to veRL's ``run_ppo`` with its own ``TaskRunnerV1``."""
+    """Check, then hand over to veRL's ``run_ppo`` with its own ``TaskRunnerV1``.
+
+    Raises:
+        CobaRefusal: a refusal of coba-verl's checks (a ValueError), before Ray starts.
+    """
+    from coba_verl.cpu import launcher
+
+    with preflight.refusals():  # ours first, before veRL's TaskRunner, workers and Ray
+        check_config(config)  # also valid before translate_config: it reads the user's M and n
+        launcher.check_trl_conflict(config)
+        if launcher.cpu_backend_enabled(config):
+            launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
+        else:
+            launcher.check_accelerator(config)  # no GPU: say so before asking for data
+        preflight.place_checkpoints(config)
+        preflight.check_inputs(config)
+        preflight.warn_resume(config)
+
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
-    from coba_verl.cpu import launcher
-
-    launcher.check_trl_conflict(config)
-    if launcher.cpu_backend_enabled(config):
-        launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
-    else:
-        launcher.check_accelerator(config)
     auto_set_device(config)
-    coba_config = prepare_config(config)
+    with preflight.refusals():
+        coba_config = prepare_config(config)
     logger.info("CoBA-RL: %s", coba_config)
     if config.trainer.use_v1:
         check_plugin_loaded()
@@ -118,8 +140,30 @@ def run(config: DictConfig) -> None:
 
 @hydra.main(config_path="config", config_name="coba_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    """Hydra entry point: ``python -m coba_verl.main [overrides...]`` (also ``coba-verl train``)."""
-    run(config)
+    """Hydra entry point: ``python -m coba_verl.main [overrides...]`` (also ``coba-verl train``).
+
+    A `CobaRefusal` (raised here, or inside a Ray actor and carried back by Ray) is printed as
+    ``coba-verl: <message>`` on stderr, exit status 2; every other error keeps its traceback.
+    """
+    try:
+        run(config)
+    except Exception as error:
+        refusal = _our_refusal(error)
+        if refusal is None:
+            raise
+        print(f"coba-verl: {refusal}", file=sys.stderr)
+        sys.exit(REFUSAL_STATUS)
+
+
+def _our_refusal(error: BaseException) -> preflight.CobaRefusal | None:
+    """``error`` if it is a `CobaRefusal`, or the one a Ray task error carries; else None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, preflight.CobaRefusal):
+            return error
+        error = getattr(error, "cause", None) or error.__cause__  # RayTaskError.cause: the remote error
+    return None
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #   EXPERIMENT       trainer.experiment_name              [<task>-<setting>-<strategy>-<rollout>]
 #   PYTHON           the interpreter                                                [python3]
 #   DRY_RUN=1        print the command, one argument per line, instead of running it
+#   HYDRA_FULL_ERROR=1  full tracebacks through Hydra for errors that are not coba-verl's refusals
 #
 # Arguments after the script name are appended as Hydra overrides (they win).
 
@@ -73,6 +74,7 @@ launch() {
     printf '%s\n' "${cmd[@]}"
     return 0
   fi
-  export HYDRA_FULL_ERROR=1
+  # No HYDRA_FULL_ERROR: coba-verl's own refusals print as one line (coba-verl: ...), other errors
+  # with Hydra's short traceback; export HYDRA_FULL_ERROR=1 for Hydra's frames too.
   exec "${cmd[@]}"
 }

@@ -41,6 +41,7 @@ EXTRA_OF = {
     "coba_verl.config": "",
     "coba_verl.core": "",
     "coba_verl.main": "verl",
+    "coba_verl.preflight": "verl",
     "coba_verl.verl_plugin": "verl",
     "coba_verl.cpu": "verl",
     "coba_verl.data": "verl",

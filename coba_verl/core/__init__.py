@@ -1,6 +1,7 @@
 """Core CoBA-RL maths: tracker, value functions, exact optimisers. Imports numpy only."""
 
 from coba_verl.core.allocator import Allocation, BudgetAllocator, uniform_split
+from coba_verl.core.api import allocate
 from coba_verl.core.capability import adaptive_tau, beta_shape, capability_shape, psi
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains
@@ -21,6 +22,7 @@ __all__ = [
     "KnapsackGains",
     "KnapsackValue",
     "adaptive_tau",
+    "allocate",
     "allocate_knapsack",
     "allocate_release",
     "beta_density",

@@ -25,6 +25,24 @@ class _AllocateConfig(CobaConfig):
         return {"static_alpha": "alpha", "static_beta": "beta"}.get(field, field)
 
 
+def _as_floats(values: Any, name: str) -> np.ndarray:
+    """``values`` as a float64 array, or a TypeError naming ``name`` and the first entry that is no number."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        flat = values if isinstance(values, list | tuple) else [values]
+        for j, value in enumerate(flat):
+            try:
+                float(value)
+            except (TypeError, ValueError):
+                where = f"{name}[{j}]={value!r}" if flat is values else f"{name}={value!r}"
+                raise TypeError(
+                    f"{where} is not a number: give each prompt's pass rate as a float in [0, 1] "
+                    "(NaN for a prompt without history)."
+                ) from None
+        raise TypeError(f"{name} cannot be read as a one-dimensional array of floats: {values!r}.") from None
+
+
 def allocate(
     pass_rates: Any,
     total_budget: int,
@@ -67,7 +85,8 @@ def allocate(
         ValueError: infeasible budget, empty batch, pass rates outside [0, 1], unknown strategy or
             solver, min_rollouts < 2, alpha without beta (or beta without alpha), a knob out of
             range; each message names the argument as passed here.
-        TypeError: an argument of the wrong type, e.g. ``total_budget="40"``.
+        TypeError: an argument of the wrong type, e.g. ``total_budget="40"`` or a pass rate that is
+            not a number (``pass_rates=['abc']``).
 
     Warns:
         UserWarning: an argument that cannot change this strategy's budgets (e.g. ``alpha`` and
@@ -80,7 +99,7 @@ def allocate(
         >>> allocate(np.array([0.0, 0.2, 0.5, 0.9, 1.0]), 41, strategy="uniform").tolist()
         [9, 8, 8, 8, 8]
     """
-    p = check_pass_rates(pass_rates, "pass_rates", unseen=True)
+    p = check_pass_rates(_as_floats(pass_rates, "pass_rates"), "pass_rates", unseen=True)
     total = check_int("total_budget", total_budget)
     if (alpha is None) != (beta is None):
         given, value, missing = ("alpha", alpha, "beta") if beta is None else ("beta", beta, "alpha")

@@ -42,12 +42,43 @@ def _cuda_present() -> bool:
     return torch.cuda.is_available()
 
 
+#: Warnings every veRL process prints on import where an optional engine is not installed
+#: (torchtitan, veomni, automodel, mindspeed, megatron): 10 lines a process, none relevant on CPU.
+QUIET_WARNINGS = "ignore::UserWarning:verl.workers.engine"
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (logical ones where psutil cannot tell), at least 1."""
+    import psutil
+
+    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
 def cpu_environment() -> dict[str, str]:
-    """Environment every veRL process of a CPU run needs (driver, TaskRunner, Ray workers)."""
+    """Environment every veRL process of a CPU run needs (driver, TaskRunner, Ray workers).
+
+    Besides platform and plugin: ``TQ_NUM_THREADS`` at most the physical cores (TransferQueue's
+    default 8 logs ``target_num_threads 8 should not exceed total physical CPU cores`` on every
+    put and get of every process, hundreds of lines a step on a laptop), and ``PYTHONWARNINGS``
+    silencing the optional-engine import warnings (`QUIET_WARNINGS`). A value the user already
+    exported is kept.
+    """
     modules = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     if REGISTRATION_MODULE not in modules:
         modules.append(REGISTRATION_MODULE)
-    return {"VERL_PLATFORM": PLATFORM_NAME, "VERL_USE_EXTERNAL_MODULES": ",".join(modules)}
+    warnings_spec = ",".join(w for w in (os.environ.get("PYTHONWARNINGS"), QUIET_WARNINGS) if w)
+    return {
+        "VERL_PLATFORM": PLATFORM_NAME,
+        "VERL_USE_EXTERNAL_MODULES": ",".join(modules),
+        "TQ_NUM_THREADS": os.environ.get("TQ_NUM_THREADS", str(min(8, physical_cores()))),
+        "PYTHONWARNINGS": warnings_spec,
+    }
+
+
+#: Ray settings (read by the raylet from the driver's environment) for a CPU run: no idle Python
+#: workers prestarted for the first driver (Ray starts one per logical CPU, i.e. ray_num_cpus of
+#: them, about 0.3 GiB each, though veRL's actors never use them).
+RAY_CPU_ENVIRONMENT = {"RAY_prestart_worker_first_driver": "0"}
 
 
 def prepare_cpu_run(config: DictConfig) -> None:
@@ -75,6 +106,8 @@ def prepare_cpu_run(config: DictConfig) -> None:
 
     env = cpu_environment()
     os.environ.update(env)
+    for key, value in RAY_CPU_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     import verl.plugin.platform.platform_manager as platform_manager
 
     import coba_verl.cpu.registration  # noqa: F401  (this process: platform, engine, rollout)

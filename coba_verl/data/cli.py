@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None, prog: str = "coba-verl data") -> int:
     ``prog`` is the command named in usage lines (``python -m coba_verl.data`` passes its own).
     """
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    # intermixed: options may come after the subcommand and between files (check --no-score-gold F)
+    args = parser.parse_intermixed_args(argv)
     _log_to_stderr(args.quiet)
     if args.dataset == "check":
         return _run_check(parser, args)

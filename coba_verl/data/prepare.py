@@ -52,7 +52,7 @@ from coba_verl.data.formats import (
     question_text,
     render_prompt,
 )
-from coba_verl.data.reward import compute_score, score_value
+from coba_verl.data.reward import OWN_TASKS, compute_score, score_value
 from coba_verl.data.sources import SourceSpec
 
 __all__ = [
@@ -598,9 +598,10 @@ def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = T
                 else:
                     owner[index] = where
             if score_gold and truth and is_chat and prompt:
-                style = _style_of(prompt)
+                own = row["data_source"] in OWN_TASKS  # scored on the bare answer
+                gold = truth if own else gold_response(truth, _style_of(prompt))
                 try:
-                    value = score_value(compute_score(row["data_source"], gold_response(truth, style), truth))
+                    value = score_value(compute_score(row["data_source"], gold, truth))
                 except NotImplementedError:
                     problems.append(f"{where}: veRL has no scorer for data_source={row['data_source']!r}")
                     continue

@@ -7,8 +7,10 @@ AMC23, MATH-500 in DAPO format, Minerva and OlympiadBench have no such name, and
 metrics are grouped by ``data_source``, so each needs a name of its own to be reported
 separately (``val-core/<data_source>/acc/mean@16``).
 
-:func:`compute_score` sends those names to veRL's ``math_dapo`` scorer and everything else to
-``default_compute_score`` unchanged, so training rewards are exactly veRL's. Recipes enable it
+:func:`compute_score` sends those names to veRL's ``math_dapo`` scorer, the names of coba-verl's
+own tasks (:data:`OWN_TASKS`, e.g. the tiny CPU recipe's ``coba_arithmetic``) to their module's
+``compute_score``, and everything else to ``default_compute_score`` unchanged, so training
+rewards are exactly veRL's. Recipes enable it
 with::
 
     reward.custom_reward_function.path=pkg://coba_verl.data.reward
@@ -17,12 +19,17 @@ with::
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["DAPO_EVAL_SOURCES", "compute_score", "score_value"]
+__all__ = ["DAPO_EVAL_SOURCES", "OWN_TASKS", "compute_score", "score_value"]
 
 # data_source names written by `python -m coba_verl.data` that veRL does not route itself.
 DAPO_EVAL_SOURCES: frozenset[str] = frozenset({"amc23", "math500_dapo", "minerva", "olympiadbench"})
+
+#: data_source names of coba-verl's own tasks -> the module whose ``compute_score`` scores them.
+#: Their responses are the bare answer (no ``Answer:`` line or ``\\boxed{}``).
+OWN_TASKS: dict[str, str] = {"coba_arithmetic": "coba_verl.cpu.tiny"}
 
 
 def compute_score(
@@ -41,6 +48,9 @@ def compute_score(
 
     if data_source in DAPO_EVAL_SOURCES:
         return math_dapo.compute_score(solution_str, ground_truth)
+    if data_source in OWN_TASKS:
+        own = importlib.import_module(OWN_TASKS[data_source])
+        return own.compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
     return default_compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 

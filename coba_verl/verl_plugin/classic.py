@@ -140,7 +140,10 @@ class CobaRayPPOTrainer(RayPPOTrainer):
     # ------------------------------------------------------------------ veRL extension points
     def _create_dataloader(self, *args: Any, **kwargs: Any) -> None:
         super()._create_dataloader(*args, **kwargs)
-        self.train_dataloader = CobaDataLoader.wrap(self.train_dataloader, self.coba_config)
+        self.train_dataloader = CobaDataLoader.wrap(
+            self.train_dataloader, self.coba_config,
+            model_path=self.config.actor_rollout_ref.model.path,
+        )
 
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
         self._validating = True

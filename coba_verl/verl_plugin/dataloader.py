@@ -11,18 +11,31 @@ Why the loader and not the sampler carries the tracker: with ``data.dataloader_n
 torchdata snapshots the sampler's state when it prefetches indices, several batches ahead of
 training; a tracker stored there would be saved as it was steps earlier. The loader's own
 ``state_dict`` is called when veRL writes the checkpoint, after the step's tracker update.
+
+The entry also fingerprints what the pass rates belong to, so that a resume on other prompts or
+another model stops instead of attaching pass rates to the wrong problems::
+
+    prompt_ids       SHA-1 of the sorted extra_info.index values (which ids exist)
+    prompt_content   SHA-1 of (id, prompt messages) in id order (what each id asks)
+    model            {"path": as resolved, "fingerprint": SHA-1 of the path and its config.json}
+
+A checkpoint written before ``prompt_content`` and ``model`` existed is accepted with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
-from coba_verl.core.prompt_ids import PromptIdMap
+from coba_verl.core.prompt_ids import PromptIdMap, dataset_index_values
+from coba_verl.preflight import CobaRefusal, local_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +46,46 @@ STATE_KEY = "coba_allocator"
 # is passed positionally, ``shuffle`` is already expressed by the sampler, and the batch sampler
 # is rebuilt by the DataLoader from batch_size, sampler and drop_last.
 _NOT_COPIED = ("self", "dataset", "shuffle", "batch_sampler")
+
+#: How a resume refusal ends: the two ways out.
+_START_FRESH = (
+    "Resume with the data.train_files and actor_rollout_ref.model.path the checkpoint was written with, "
+    "or start fresh: trainer.resume_mode=disable (or another trainer.experiment_name / "
+    "trainer.default_local_dir)."
+)
+
+
+def prompt_content_fingerprint(dataset: Any, prompt_ids: PromptIdMap) -> str | None:
+    """SHA-1 of every row's (tracker id, prompt messages), in id order; None without a ``dataframe``.
+
+    Changes when data re-prepared with the same indices put other problems under them.
+    """
+    frame = getattr(dataset, "dataframe", None)
+    key = getattr(dataset, "prompt_key", "prompt")
+    if frame is None or not hasattr(frame, "column_names") or key not in frame.column_names:
+        return None
+    ids = prompt_ids.ids(dataset_index_values(dataset))  # (N,) int64, row order
+    prompts = list(frame[key])
+    digest = hashlib.sha1()
+    for row in sorted(range(len(prompts)), key=lambda r: int(ids[r])):
+        digest.update(f"{int(ids[row])}\0".encode())
+        digest.update(json.dumps(prompts[row], sort_keys=True, default=str).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def model_fingerprint(model_path: str | None) -> dict[str, str] | None:
+    """``{"path", "fingerprint"}`` of ``actor_rollout_ref.model.path``: SHA-1 of the path and, for a
+    local folder, its config.json; None when no path is given."""
+    if model_path is None:
+        return None
+    local = local_model_path(str(model_path))
+    path = str(local.resolve()) if local is not None else str(model_path)
+    digest = hashlib.sha1(path.encode())
+    config_json = Path(path) / "config.json"
+    if local is not None and config_json.is_file():
+        digest.update(b"\0" + config_json.read_bytes())
+    return {"path": path, "fingerprint": digest.hexdigest()}
 
 
 def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:
@@ -67,21 +120,35 @@ class CobaDataLoader(StatefulDataLoader):
         *args, **kwargs: as for `StatefulDataLoader`.
         allocator: The run's allocator; its tracker state travels in :meth:`state_dict`.
         prompt_ids: Map from ``extra_info.index`` to the allocator's prompt ids.
+        model_path: ``actor_rollout_ref.model.path``, fingerprinted so that a resume with another
+            model is refused; None leaves the model unchecked.
     """
 
     def __init__(
-        self, *args: Any, allocator: BudgetAllocator, prompt_ids: PromptIdMap, **kwargs: Any
+        self,
+        *args: Any,
+        allocator: BudgetAllocator,
+        prompt_ids: PromptIdMap,
+        model_path: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.allocator = allocator
         self.prompt_ids = prompt_ids
+        self.prompt_content = prompt_content_fingerprint(self.dataset, prompt_ids)
+        self.model = model_fingerprint(model_path)
         #: Prompts already drawn and allocated (``__rollout_n__`` set) but not yet submitted: the
         #: rest of the current window of M prompts (`CobaTrainer._next_train_batch`), or None.
         self.window_rest: Any = None
 
     @classmethod
-    def wrap(cls, loader: StatefulDataLoader, config: CobaConfig) -> CobaDataLoader:
-        """veRL's ``loader`` (not yet iterated) rebuilt with its sampler and settings, plus an allocator."""
+    def wrap(
+        cls, loader: StatefulDataLoader, config: CobaConfig, model_path: str | None = None
+    ) -> CobaDataLoader:
+        """veRL's ``loader`` (not yet iterated) rebuilt with its sampler and settings, plus an allocator.
+
+        ``model_path`` (``actor_rollout_ref.model.path``) lets a resume check the model too.
+        """
         prompt_ids = PromptIdMap.from_dataset(loader.dataset)
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
         kwargs = loader_arguments(loader)
@@ -92,10 +159,13 @@ class CobaDataLoader(StatefulDataLoader):
             config.min_rollouts,
             config.max_rollouts,
         )
-        return cls(loader.dataset, allocator=allocator, prompt_ids=prompt_ids, **kwargs)
+        return cls(
+            loader.dataset, allocator=allocator, prompt_ids=prompt_ids, model_path=model_path, **kwargs
+        )
 
     def state_dict(self) -> dict[str, Any]:
-        """veRL's dataloader state plus ``{STATE_KEY: {"allocator", "prompt_ids", "window_rest"}}``.
+        """veRL's dataloader state plus ``{STATE_KEY: {"allocator", "prompt_ids", "prompt_content",
+        "model", "window_rest"}}``.
 
         ``window_rest`` keeps the prompts the data position has already passed but no submission
         has taken yet (DAPO refills), so that a resume neither drops nor redraws them.
@@ -104,6 +174,8 @@ class CobaDataLoader(StatefulDataLoader):
         state[STATE_KEY] = {
             "allocator": self.allocator.state_dict(),
             "prompt_ids": self.prompt_ids.fingerprint,
+            "prompt_content": self.prompt_content,
+            "model": self.model,
             "window_rest": self.window_rest,
         }
         return state
@@ -122,7 +194,8 @@ class CobaDataLoader(StatefulDataLoader):
         """Restore the ``STATE_KEY`` entry of a data.pt (None: stock veRL's, the tracker starts empty).
 
         Raises:
-            ValueError: the entry was written for a training set with other ``extra_info.index`` values.
+            CobaRefusal: (a ValueError) the entry was written for a training set with other
+                ``extra_info.index`` values, other prompts under the same values, or another model.
         """
         if coba is None:
             logger.warning(
@@ -131,9 +204,39 @@ class CobaDataLoader(StatefulDataLoader):
             )
             return
         if coba["prompt_ids"] != self.prompt_ids.fingerprint:
-            raise ValueError(
+            raise CobaRefusal(
                 "the checkpoint's tracker was keyed by a different set of extra_info.index values than "
-                "this run's training set; resume with the same data.train_files and filtering options."
+                f"this run's training set (other data or filtering options). {_START_FRESH}"
             )
+        self._check_fingerprint(
+            coba, "prompt_content", self.prompt_content,
+            "the checkpoint's pass rates belong to other prompts: this run's training set has the same "
+            "extra_info.index values but different prompt text under them (data re-prepared?), so each "
+            "pass rate would be attached to another problem.",
+        )  # fmt: skip
+        saved, mine = (coba.get("model") or {}).get("path"), (self.model or {}).get("path")
+        self._check_fingerprint(
+            coba, "model", self.model,
+            f"the checkpoint was written for the model {saved!r}, but this run's "
+            f"actor_rollout_ref.model.path is {mine!r} (or its config.json changed).",
+        )  # fmt: skip
         self.allocator.load_state_dict(coba["allocator"])
         self.window_rest = coba.get("window_rest")
+
+    def _check_fingerprint(self, coba: dict[str, Any], key: str, mine: Any, mismatch: str) -> None:
+        """Refuse when the checkpoint's ``key`` differs from this run's; warn when the checkpoint has none."""
+        if key not in coba or coba[key] is None:
+            if mine is not None:
+                logger.warning(
+                    "the dataloader checkpoint has no %s fingerprint (written by an older coba-verl, or "
+                    "without it): resuming without checking that it belongs to this run's %s.",
+                    key,
+                    "prompts" if key == "prompt_content" else "model",
+                )
+            return
+        if mine is None:
+            return  # this run cannot say (no dataframe, no model path): nothing to compare
+        theirs = coba[key]["fingerprint"] if key == "model" else coba[key]
+        ours = mine["fingerprint"] if key == "model" else mine
+        if theirs != ours:
+            raise CobaRefusal(f"{mismatch} {_START_FRESH}")

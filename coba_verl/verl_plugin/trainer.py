@@ -141,7 +141,10 @@ class CobaTrainer(PPOTrainerSync):
     # ------------------------------------------------------------------ veRL extension points
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
-        self.train_dataloader = CobaDataLoader.wrap(self.train_dataloader, self.coba_config)
+        self.train_dataloader = CobaDataLoader.wrap(
+            self.train_dataloader, self.coba_config,
+            model_path=self.config.actor_rollout_ref.model.path,
+        )
 
     def _init_resource_pool_mgr(self) -> None:
         super()._init_resource_pool_mgr()

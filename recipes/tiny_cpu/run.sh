@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# veRL's real trainer on CPU with a tiny model (docs: README, "See the real veRL pipeline run").
+# veRL's real trainer on CPU with a tiny model (docs: README, "The tiny CPU recipe").
 #
 #   python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu
 #   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps

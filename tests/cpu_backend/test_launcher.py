@@ -57,6 +57,32 @@ def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch)
     assert launcher.REGISTRATION_MODULE in os.environ["VERL_USE_EXTERNAL_MODULES"].split(",")
 
 
+def test_cpu_run_quiets_transferqueue_threads_engine_warnings_and_idle_ray_workers(monkeypatch):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    monkeypatch.setattr(launcher, "physical_cores", lambda: 2)
+    import verl.plugin.platform.platform_manager as platform_manager
+
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+    for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "RAY_prestart_worker_first_driver"):
+        monkeypatch.setenv(key, "")
+    for key in ("TQ_NUM_THREADS", "PYTHONWARNINGS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("RAY_prestart_worker_first_driver")
+    config = tiny_config()
+    launcher.prepare_cpu_run(config)
+    env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.TQ_NUM_THREADS == "2"  # TransferQueue's 8 > 2 cores logs a warning per put and get
+    assert env_vars.PYTHONWARNINGS == launcher.QUIET_WARNINGS
+    assert os.environ["RAY_prestart_worker_first_driver"] == "0"
+
+
+def test_tiny_recipe_starts_one_agent_and_one_reward_worker():
+    config = tiny_config()
+    assert config.actor_rollout_ref.rollout.agent.num_workers == 1
+    assert config.reward.num_workers == 1
+    assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+
+
 @pytest.mark.skipif(launcher._cuda_present(), reason="checks a machine without GPUs")
 def test_gpu_recipe_without_gpus_stops_at_once_pointing_to_the_cpu_recipe(tmp_path):
     setting = "qwen2.5_0.5b_instruct_1gpu"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from coba_verl.cpu.tiny import build_tokenizer, compute_score
 from coba_verl.lab.tokenizer import BOS, encode_prompts
 
@@ -27,3 +29,41 @@ def test_reward_is_one_iff_the_response_is_the_answer():
     assert compute_score("coba_arithmetic", "376", "376") == 1.0
     assert compute_score("coba_arithmetic", " 376 ", "376") == 1.0
     assert compute_score("coba_arithmetic", "3760", "376") == 0.0
+
+
+def test_tiny_recipe_data_pass_the_data_check(tmp_path):
+    from coba_verl.cpu.tiny import write_data
+    from coba_verl.data import check_files
+
+    out = write_data(tmp_path, n_train=24, n_test=8)
+    assert check_files([out / "train.parquet", out / "test.parquet"], score_gold=True) == []
+
+
+def test_prepare_reuses_an_output_made_with_the_same_arguments(tmp_path, monkeypatch):
+    import coba_verl.lab.warmstart as warmstart
+    from coba_verl.cpu import tiny
+
+    calls = []
+
+    def fake_warm_start(model, tok, **kwargs):
+        calls.append(kwargs)
+        return warmstart.WarmStartResult(steps=0, probe_acc=[], losses=[], reached_target=False)
+
+    monkeypatch.setattr(warmstart, "warm_start", fake_warm_start)
+    tiny.prepare(tmp_path, n_train=8, n_test=4)
+    assert len(calls) == 1 and calls[0]["max_steps"] == tiny.FAST_WARM["warm_max_steps"]
+    assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / tiny.MANIFEST).is_file()
+    tiny.prepare(tmp_path, n_train=8, n_test=4)
+    assert len(calls) == 1  # reused
+    tiny.prepare(tmp_path, n_train=8, n_test=4, **tiny.LONG_WARM)
+    tiny.prepare(tmp_path, n_train=8, n_test=4, **tiny.LONG_WARM, force=True)
+    assert [c["max_steps"] for c in calls[1:]] == [tiny.LONG_WARM["warm_max_steps"]] * 2
+
+
+def test_prepare_help_offers_the_long_warm_start(capsys):
+    from coba_verl.cpu.tiny import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "--long" in out and "--force" in out

@@ -169,3 +169,12 @@ def test_module_entry_point_runs() -> None:
     assert done.returncode == 0
     assert "dapo_math" in done.stdout and "dapo_eval" in done.stdout
     assert done.stdout.startswith("usage: python -m coba_verl.data ")
+
+
+def test_check_options_work_after_the_subcommand_and_between_files(fixtures_dir, tmp_path, capsys) -> None:
+    paths = [f"{split}={fixtures_dir / f'gsm8k_{split}.jsonl'}" for split in ("train", "test")]
+    main(["gsm8k", "--output-dir", str(tmp_path), "-q", *(a for p in paths for a in ("--local-path", p))])
+    train, test = str(tmp_path / "train.parquet"), str(tmp_path / "test.parquet")
+    for argv in (["check", "--no-score-gold", train, test], ["check", train, "--no-score-gold", test]):
+        assert main(argv) == 0
+        assert "checked 2 file(s): 0 problem(s)" in capsys.readouterr().out

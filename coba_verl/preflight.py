@@ -1,0 +1,213 @@
+"""What ``python -m coba_verl.main`` checks before Ray starts, and how it reports its refusals.
+
+Ray takes half a minute to start and then hides an early mistake under worker logs, so the
+driver looks first, with nothing heavier than pyarrow:
+
+- `place_checkpoints`: ``trainer.default_local_dir: null`` (the tiny CPU recipe) puts
+  checkpoints next to the training data, one folder per experiment::
+
+      data.train_files=/d/tiny_cpu/train.parquet, experiment tiny-cpu
+        -> /d/tiny_cpu/checkpoints/tiny-cpu
+
+- `check_inputs`: every local data file and a local-looking model path exist (the tiny recipe's
+  message names ``python -m coba_verl.cpu.tiny``), and every training row has
+  ``extra_info.index`` (CoBA-RL keys pass rates by it).
+- `warn_resume`: veRL's ``resume_mode=auto`` resumes the latest checkpoint under
+  ``trainer.default_local_dir`` and says so at INFO only; this says it at WARNING, with the
+  step, the folder and how to start fresh. Whether the checkpoint was written for the same
+  prompts and model is checked where its state is read (`CobaDataLoader.load_coba_state`).
+
+A refusal of ours is a `CobaRefusal`; ``coba_verl.main`` prints it as one line,
+``coba-verl: <message>``, and exits 2. Errors that are not ours keep their traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+
+__all__ = ["CobaRefusal", "check_inputs", "local_model_path", "place_checkpoints", "refusals", "warn_resume"]
+
+logger = logging.getLogger(__name__)
+
+#: The reward path that marks the tiny CPU recipe (its data come from `coba_verl.cpu.tiny`).
+TINY_REWARD_PATH = "pkg://coba_verl.cpu.tiny"
+#: veRL's checkpoint tracker file inside ``trainer.default_local_dir``.
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+
+
+class CobaRefusal(ValueError):
+    """A configuration or input coba-verl refuses, with the reason and the fix in its message."""
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the ValueError / RuntimeError raised by coba-verl's own checks into `CobaRefusal`.
+
+    An error counts as ours when the ``raise`` that made it is in a ``coba_verl`` module, so a
+    veRL or library error raised inside one of our checks keeps its type and its traceback.
+    """
+    try:
+        yield
+    except CobaRefusal:
+        raise
+    except (ValueError, RuntimeError) as error:
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+        if module.split(".")[0] != "coba_verl":
+            raise
+        raise CobaRefusal(str(error)) from error
+
+
+def _files(value: Any) -> list[str]:
+    """``data.train_files`` / ``data.val_files`` as a list of strings (a str or a list in veRL)."""
+    if value is None:
+        return []
+    if isinstance(value, ListConfig | list | tuple):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path  # hdfs://, s3://, ...: veRL copies them; nothing to check here
+
+
+def local_model_path(path: str) -> Path | None:
+    """The local folder ``path`` names, or None for what may be a hub id (``Qwen/Qwen2.5-7B-Instruct``).
+
+    Local-looking: absolute, ``~``, ``./`` or ``../``, or more than one ``/`` (a hub id is
+    ``org/name``), or an existing folder.
+    """
+    if _is_remote(path):
+        return None
+    local = Path(path).expanduser()
+    if path.startswith(("/", "~", "./", "../")) or path.count("/") > 1 or local.is_dir():
+        return local
+    return None
+
+
+def _is_tiny(config: DictConfig) -> bool:
+    return OmegaConf.select(config, "reward.custom_reward_function.path") == TINY_REWARD_PATH
+
+
+def place_checkpoints(config: DictConfig) -> None:
+    """``trainer.default_local_dir: null`` -> ``<first training file's folder>/checkpoints/<experiment>``."""
+    if OmegaConf.select(config, "trainer.default_local_dir") is not None:
+        return
+    train = _files(config.data.train_files)
+    if not train or _is_remote(train[0]):
+        raise CobaRefusal(
+            f"trainer.default_local_dir=null puts checkpoints next to data.train_files, but "
+            f"data.train_files={train} has no local folder; set trainer.default_local_dir."
+        )
+    data_dir = Path(train[0]).expanduser().resolve().parent
+    folder = data_dir / "checkpoints" / str(config.trainer.experiment_name)
+    with open_dict(config):
+        config.trainer.default_local_dir = str(folder)
+    logger.info("checkpoints: %s", folder)
+
+
+def _missing_file_message(key: str, path: str, config: DictConfig) -> str:
+    if _is_tiny(config):
+        folder = Path(path).expanduser().parent
+        return (
+            f"{key}={path} does not exist. Write the tiny CPU recipe's data and model first: "
+            f"python -m coba_verl.cpu.tiny --output-dir {folder}"
+        )
+    return (
+        f"{key}={path} does not exist. Prepare it (e.g. python -m coba_verl.data <dataset> --output-dir "
+        f"DIR, see python -m coba_verl.data --help) or point {key} at an existing parquet file."
+    )
+
+
+def first_row_without_index(path: str | os.PathLike[str]) -> int | None:
+    """Row number of the first row of a parquet file without ``extra_info.index``, or None.
+
+    Reads the ``extra_info`` column only. A file without that column lacks it in row 0.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if "extra_info" not in pq.read_schema(path).names:
+        return 0
+    column = pq.read_table(path, columns=["extra_info"]).column("extra_info")
+
+    if not pa.types.is_struct(column.type):
+        rows = column.to_pylist()
+        lacking = (i for i, info in enumerate(rows) if (info or {}).get("index") is None)
+        return next(lacking, None)
+    if column.type.get_field_index("index") < 0:
+        return 0 if len(column) else None
+    index = pc.struct_field(column, "index")
+    missing = pc.is_null(index)
+    if not pc.any(missing).as_py():
+        return None
+    return int(pc.index(missing, True).as_py())
+
+
+def check_inputs(config: DictConfig) -> None:
+    """Refuse missing data files, a missing local model, and training rows without ``extra_info.index``.
+
+    Raises:
+        CobaRefusal: naming the file (and, for the index, its first row without one) and the fix.
+    """
+    for key in ("data.train_files", "data.val_files"):
+        for path in _files(OmegaConf.select(config, key)):
+            if not _is_remote(path) and not Path(path).expanduser().is_file():
+                raise CobaRefusal(_missing_file_message(key, path, config))
+    model = str(OmegaConf.select(config, "actor_rollout_ref.model.path"))
+    local = local_model_path(model)
+    if local is not None and not (local / "config.json").is_file():
+        what = "does not exist" if not local.exists() else "has no config.json"
+        fix = (
+            "Write the tiny CPU recipe's data and model first: "
+            f"python -m coba_verl.cpu.tiny --output-dir {local.parent}"
+            if _is_tiny(config)
+            else "Point it at a model folder (with config.json) or a hub id such as Qwen/Qwen2.5-7B-Instruct."
+        )
+        raise CobaRefusal(f"actor_rollout_ref.model.path={model} {what}. {fix}")
+    for path in _files(config.data.train_files):
+        if _is_remote(path):
+            continue
+        row = first_row_without_index(Path(path).expanduser())
+        if row is not None:
+            raise CobaRefusal(
+                f"data.train_files: {path} row {row} is missing extra_info.index. CoBA-RL keys each "
+                "prompt's pass rate by it: give every training row a unique integer extra_info.index "
+                "(python -m coba_verl.data writes it; python -m coba_verl.data check FILE lists problems)."
+            )
+
+
+def warn_resume(config: DictConfig) -> None:
+    """Log at WARNING the checkpoint veRL will resume (step and folder) and how to start fresh instead."""
+    trainer = config.trainer
+    mode = str(trainer.resume_mode)
+    if mode == "disable":
+        return
+    if mode == "resume_path" and trainer.resume_from_path:
+        folder = Path(str(trainer.resume_from_path)).expanduser()
+    else:
+        base = Path(str(trainer.default_local_dir)).expanduser()
+        tracker = base / TRACKER_FILE
+        if not tracker.is_file():
+            return
+        folder = base / f"global_step_{int(tracker.read_text().strip())}"
+        if not folder.is_dir():
+            return
+    logger.warning(
+        "resuming from step %s of %s (trainer.resume_mode=%s): the model, optimizer, data position and "
+        "CoBA-RL pass rates continue from there. Set trainer.resume_mode=disable to start fresh, or "
+        "another trainer.experiment_name / trainer.default_local_dir.",
+        folder.name.removeprefix("global_step_"),
+        folder,
+        mode,
+    )

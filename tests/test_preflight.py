@@ -1,0 +1,159 @@
+"""What ``python -m coba_verl.main`` checks before Ray starts, and how its refusals read."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from coba_verl import preflight
+from coba_verl.preflight import CobaRefusal
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(n: int, *, index: bool = True) -> pd.DataFrame:
+    extra = [{"index": i, "split": "train"} if index else {"split": "train"} for i in range(n)]
+    return pd.DataFrame(
+        {
+            "data_source": ["coba_arithmetic"] * n,
+            "prompt": [[{"role": "user", "content": f"{i}+1="}] for i in range(n)],
+            "reward_model": [{"style": "rule", "ground_truth": str(i + 1)} for i in range(n)],
+            "extra_info": extra,
+        }
+    )
+
+
+def config(tmp_path: Path, *, model: str | None = None, tiny: bool = True, **trainer) -> OmegaConf:
+    model_dir = tmp_path / "model"
+    if model is None:
+        model_dir.mkdir(exist_ok=True)
+        (model_dir / "config.json").write_text("{}")
+    for name in ("train", "test"):
+        if not (tmp_path / f"{name}.parquet").exists():
+            rows(4).to_parquet(tmp_path / f"{name}.parquet")
+    return OmegaConf.create(
+        {
+            "data": {
+                "train_files": str(tmp_path / "train.parquet"),
+                "val_files": [str(tmp_path / "test.parquet")],
+            },
+            "actor_rollout_ref": {"model": {"path": model or str(model_dir)}},
+            "reward": {"custom_reward_function": {"path": preflight.TINY_REWARD_PATH if tiny else None}},
+            "trainer": {
+                "experiment_name": "exp",
+                "default_local_dir": None,
+                "resume_mode": "auto",
+                "resume_from_path": None,
+                **trainer,
+            },
+        }
+    )
+
+
+def test_missing_tiny_data_names_the_command_that_writes_it(tmp_path):
+    cfg = config(tmp_path)
+    (tmp_path / "train.parquet").unlink()
+    with pytest.raises(CobaRefusal, match="data.train_files=.* does not exist") as refused:
+        preflight.check_inputs(cfg)
+    assert f"python -m coba_verl.cpu.tiny --output-dir {tmp_path}" in str(refused.value)
+
+
+def test_missing_data_of_another_recipe_names_the_path(tmp_path):
+    cfg = config(tmp_path, tiny=False)
+    (tmp_path / "test.parquet").unlink()
+    with pytest.raises(CobaRefusal, match=f"data.val_files={tmp_path / 'test.parquet'} does not exist"):
+        preflight.check_inputs(cfg)
+
+
+@pytest.mark.parametrize("hub_id", ["Qwen/Qwen2.5-7B-Instruct", "gpt2"])
+def test_hub_ids_are_never_blocked(tmp_path, hub_id):
+    preflight.check_inputs(config(tmp_path, model=hub_id))
+
+
+@pytest.mark.parametrize("local", ["/nonexistent/model", "./no/model", "~/no-such-coba-model", "a/b/model"])
+def test_missing_local_model_is_refused(tmp_path, local):
+    with pytest.raises(CobaRefusal, match=f"actor_rollout_ref.model.path={local} does not exist"):
+        preflight.check_inputs(config(tmp_path, model=local))
+
+
+def test_training_row_without_extra_info_index_is_named_missing(tmp_path):
+    frame = rows(5)
+    frame.at[3, "extra_info"] = {"split": "train"}
+    frame.to_parquet(tmp_path / "train.parquet")
+    with pytest.raises(CobaRefusal, match=r"train.parquet row 3 is missing extra_info.index"):
+        preflight.check_inputs(config(tmp_path))
+    rows(5, index=False).to_parquet(tmp_path / "train.parquet")  # no index field at all
+    with pytest.raises(CobaRefusal, match=r"row 0 is missing extra_info.index"):
+        preflight.check_inputs(config(tmp_path))
+
+
+def test_null_checkpoint_folder_goes_next_to_the_training_file_per_experiment(tmp_path):
+    cfg = config(tmp_path)
+    preflight.place_checkpoints(cfg)
+    assert cfg.trainer.default_local_dir == str(tmp_path.resolve() / "checkpoints" / "exp")
+    cfg.trainer.default_local_dir = "/elsewhere"
+    preflight.place_checkpoints(cfg)
+    assert cfg.trainer.default_local_dir == "/elsewhere"  # an explicit folder is kept
+
+
+def test_resume_is_announced_at_warning_with_step_and_folder(tmp_path, caplog):
+    cfg = config(tmp_path, default_local_dir=str(tmp_path / "ckpt"))
+    with caplog.at_level(logging.WARNING, logger="coba_verl.preflight"):
+        preflight.warn_resume(cfg)
+    assert not caplog.records  # nothing to resume
+    (tmp_path / "ckpt" / "global_step_16").mkdir(parents=True)
+    (tmp_path / "ckpt" / preflight.TRACKER_FILE).write_text("16")
+    with caplog.at_level(logging.WARNING, logger="coba_verl.preflight"):
+        preflight.warn_resume(cfg)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "step 16" in record.message and str(tmp_path / "ckpt" / "global_step_16") in record.message
+    assert "trainer.resume_mode=disable" in record.message
+    caplog.clear()
+    cfg.trainer.resume_mode = "disable"
+    preflight.warn_resume(cfg)
+    assert not caplog.records
+
+
+def test_only_errors_raised_by_coba_verl_become_refusals():
+    from coba_verl.core import CobaConfig
+
+    with pytest.raises(CobaRefusal, match="coba.strategy='bogus' is unknown"), preflight.refusals():
+        CobaConfig.from_mapping({"strategy": "bogus"})
+    with pytest.raises(ValueError) as other, preflight.refusals():
+        int("x")  # raised by Python, not by coba-verl: keeps its type and traceback
+    assert type(other.value) is ValueError
+
+
+def run_main(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "coba_verl.main", "--config-path", str(ROOT / "recipes/tiny_cpu/config"),
+         "--config-name", "tiny", "hydra.output_subdir=null", f"hydra.run.dir={tmp_path}", *overrides],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_refusal_prints_one_line_and_exits_two_before_ray(tmp_path):
+    done = run_main(tmp_path, "coba.strategy=bogus", env={"HYDRA_FULL_ERROR": "1"})
+    assert done.returncode == 2
+    assert "coba-verl: coba.strategy='bogus' is unknown" in done.stderr
+    assert "Traceback" not in done.stderr and "Ray instance" not in done.stderr + done.stdout
+    assert len(done.stderr.splitlines()) <= 5  # the message, after at most veRL's platform warnings
+
+
+def test_tiny_recipe_without_data_names_the_prepare_command(tmp_path):
+    done = subprocess.run(
+        ["bash", str(ROOT / "recipes/tiny_cpu/run.sh")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "DATA_DIR": str(tmp_path), "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"python -m coba_verl.cpu.tiny --output-dir {tmp_path / 'tiny_cpu'}" in done.stderr
+    assert "Traceback" not in done.stderr
