@@ -163,6 +163,7 @@ class BudgetAllocator:
     def __init__(self, config: CobaConfig, num_prompts: int) -> None:
         self.config = config
         self.tracker = CapabilityTracker(num_prompts, window=config.window, kappa=config.kappa)
+        self._step_scores: list[tuple[np.ndarray, np.ndarray]] = []  # this step's (ids, raw scores)
 
     # ------------------------------------------------------------------ allocation
     def allocate(self, ids: Any, total: int) -> Allocation:
@@ -184,16 +185,34 @@ class BudgetAllocator:
     def observe(self, rollout_ids: Any, scores: Any) -> None:
         """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value."""
         self.tracker.record_scores(rollout_ids, scores, self.config.success_value)
+        ids = _as_int_array("rollout_ids", rollout_ids)
+        if ids.size:
+            self._step_scores.append((ids, np.asarray(scores, np.float64).reshape(-1)))
 
     def record(self, ids: Any, successes: Any, rollouts: Any) -> None:
         """Record prompt-level (successes, rollouts) for this step."""
         self.tracker.record(ids, successes, rollouts)
 
     def end_step(self) -> dict[str, float]:
-        """Commit the step into the tracker; returns ``coba/``-prefixed statistics of the step."""
+        """Commit the step into the tracker; returns ``coba/``-prefixed statistics of the step.
+
+        Besides the tracker's statistics, ``prompt_mean_score`` = mean over the step's prompts of
+        each prompt's mean raw score (of the rollouts passed to `observe`): unlike a mean over
+        rollouts (veRL's ``critic/score/mean``, TRL's ``reward``), every prompt weighs the same
+        whatever its budget, so it compares across strategies.
+        """
         stats = self.tracker.end_step()
         renamed = {"alpha": "alpha_next", "beta": "beta_next"}
-        return {METRIC_PREFIX + renamed.get(k, k): v for k, v in stats.items()}
+        out = {METRIC_PREFIX + renamed.get(k, k): v for k, v in stats.items()}
+        if self._step_scores:
+            ids = np.concatenate([i for i, _ in self._step_scores])
+            scores = np.concatenate([s for _, s in self._step_scores])
+            uniq, inv = np.unique(ids, return_inverse=True)
+            counts = np.bincount(inv, minlength=uniq.size)
+            means = np.bincount(inv, weights=scores, minlength=uniq.size) / counts  # (P,) per prompt
+            out[METRIC_PREFIX + "prompt_mean_score"] = float(means.mean())
+        self._step_scores = []
+        return out
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -208,3 +227,4 @@ class BudgetAllocator:
                 self.config.strategy,
             )
         self.tracker.load_state_dict(state["tracker"])
+        self._step_scores = []

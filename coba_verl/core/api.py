@@ -10,6 +10,7 @@ import numpy as np
 from coba_verl.core.allocator import allocate_from_rates
 from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig, check_int, check_shape
+from coba_verl.core.solvers import check_budget
 from coba_verl.core.values import check_pass_rates
 
 #: Strategies that derive their Beta shape from the pass rates unless alpha and beta fix it.
@@ -119,6 +120,10 @@ def allocate(
         solver=solver,
         **({"static_alpha": alpha, "static_beta": beta} if fixed and strategy == "static" else {}),
     )
+    check_budget(
+        p.size, total, config.min_rollouts, config.max_rollouts,
+        total_name="total_budget", low_name="min_rollouts", up_name="max_rollouts",
+    )  # fmt: skip
     ignored = None
     if fixed and strategy not in (*_DERIVED_SHAPE, "static"):
         ignored = f"alpha={alpha}, beta={beta} do not change the budgets of strategy={strategy!r}; they are"

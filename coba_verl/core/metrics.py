@@ -14,6 +14,7 @@ Per step (names after the ``coba/`` prefix):
     alloc_time_s                                      wall time of the allocation
     F_t, F_bar, F_tilde, alpha_next, beta_next        tracker after this step (spec §3)
     all_pass_share, all_fail_share                    observed zero-variance groups of this step
+    prompt_mean_score                                 mean over prompts of each prompt's mean score
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from coba_verl.core.config import SOLVERS as SOLVER_NAMES
 from coba_verl.core.config import check_int
 from coba_verl.core.gains import GainModel
 
@@ -45,11 +46,23 @@ TABLE_MAX = 1 << 16
 TABLE_MAX_CLOSED_FORM = 1 << 12
 
 
-def check_budget(m: int, total: int, low: int, up: int) -> None:
-    """Raise ValueError naming the numbers when the budget cannot be met (spec §5).
+def check_budget(
+    m: int,
+    total: int,
+    low: int,
+    up: int,
+    *,
+    total_name: str = "total",
+    low_name: str = "low",
+    up_name: str = "up",
+    fix: str = "",
+) -> None:
+    """Raise ValueError naming the numbers when the budget cannot be met: M·low <= total <= M·up (spec §5).
 
-    A non-integer ``total``, ``low`` or ``up`` raises `check_int`'s TypeError / ValueError, which
-    shows its repr and type.
+    The one feasibility check of every front end: ``total_name``, ``low_name`` and ``up_name``
+    name the values as the caller's user set them (``coba.min_rollouts``, ...), and ``fix`` says
+    what to change. A non-integer ``total``, ``low`` or ``up`` raises `check_int`'s TypeError /
+    ValueError, which shows its repr and type.
     """
     if m <= 0:
         raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
@@ -60,8 +73,8 @@ def check_budget(m: int, total: int, low: int, up: int) -> None:
         raise ValueError(f"up={up} is below low={low}.")
     if not m * low <= total <= m * up:
         raise ValueError(
-            f"total={total} is infeasible for M={m} prompts with low={low}, up={up}: "
-            f"need {m * low} <= total <= {m * up}."
+            f"{total_name}={total} is infeasible for M={m} prompts with {low_name}={low}, {up_name}={up}: "
+            f"need {m * low} <= total <= {m * up}." + (f" {fix}" if fix else "")
         )
 
 
@@ -226,7 +239,8 @@ def solve_dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
     return budgets
 
 
-SOLVERS = {"heap": solve_heap, "fast": solve_threshold, "dp": solve_dp}
+#: The solver behind each name of `config.SOLVERS` (the one list of names, which `CobaConfig` checks).
+SOLVERS = dict(zip(SOLVER_NAMES, (solve_threshold, solve_heap, solve_dp), strict=True))
 
 
 def solve(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:

@@ -8,6 +8,8 @@ downloaded::
     model/                        a from-scratch Qwen2 (0.43 M parameters) and its tokenizer,
                                   warm-started by the lab's supervised fit until its pass rates
                                   span easy (short sums) to never solved (three-by-two products)
+    prepare.json                  the arguments, steps and seconds; a rerun with the same
+                                  arguments reuses the output (--force redoes it)
 
 The tokenizer is byte-level BPE without merges (one token per character) plus the special tokens
 ``<pad> <bos> <eos> <|endoftext|> <|im_start|> <|im_end|>``. veRL treats a ``qwen2`` model as
@@ -25,10 +27,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_SOURCE", "build_tokenizer", "compute_score", "prepare", "main"]
+__all__ = ["DATA_SOURCE", "build_tokenizer", "compute_score", "main", "prepare", "write_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,22 +88,71 @@ def _rows(prompts: list[str], answers: list[str], split: str) -> list[dict[str, 
     ]
 
 
+#: Warm-start settings: the default (a few minutes on 2 cores) and ``--long`` (about half an hour).
+FAST_WARM = {"warm_target": 0.2, "warm_max_steps": 1200}
+LONG_WARM = {"warm_target": 0.4, "warm_max_steps": 3000}
+#: Written last by `prepare`: its arguments, so that a rerun with the same ones reuses the output.
+MANIFEST = "prepare.json"
+
+
+def _level_kwargs(levels: Sequence[str] | None) -> dict[str, Any]:
+    """``{"levels": (Level, ...)}`` for `make_splits` / `warm_start`, or ``{}`` for their defaults."""
+    if levels is None:
+        return {}
+    from coba_verl.lab.task import parse_levels
+
+    return {"levels": parse_levels(dict.fromkeys(levels, 1.0))}
+
+
+def write_data(
+    output_dir: str | Path,
+    *,
+    n_train: int = 256,
+    n_test: int = 64,
+    seed: int = 0,
+    levels: Sequence[str] | None = None,
+) -> Path:
+    """Write ``train.parquet`` and ``test.parquet`` (the lab's `make_splits`) under ``output_dir``.
+
+    ``levels`` names the task levels to draw from (e.g. ``["2+1", "2-1"]``); None: all of them.
+    """
+    import pandas as pd
+
+    from coba_verl.lab.task import make_splits
+
+    out = Path(output_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
+    pd.DataFrame(_rows(train.prompts, train.answers, "train")).to_parquet(out / "train.parquet")
+    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(out / "test.parquet")
+    return out
+
+
 def prepare(
     output_dir: str | Path,
     *,
     n_train: int = 256,
     n_test: int = 64,
     seed: int = 0,
-    warm_target: float = 0.4,
-    warm_max_steps: int = 3000,
+    warm_target: float = FAST_WARM["warm_target"],
+    warm_max_steps: int = FAST_WARM["warm_max_steps"],
+    levels: Sequence[str] | None = None,
+    force: bool = False,
 ) -> Path:
     """Write ``train.parquet``, ``test.parquet`` and ``model/`` under ``output_dir``; return it.
 
     The model is the lab's tiny Qwen2 (`lab.model.ModelSpec` defaults) fitted by the lab's
     `warm_start` on fresh problems (never the training or test prompts) until its probe accuracy
-    reaches ``warm_target``.
+    (temperature 1, warm-start levels) reaches ``warm_target`` or ``warm_max_steps`` are done.
+    ``levels`` restricts data and warm start to the named task levels (``["2+1", "2-1"]``: the
+    easy sums and differences, which a short warm start already solves part of the time; the
+    end-to-end tests use them for a model with a reward spread in a minute). None: all levels.
+    When ``output_dir`` already holds the output of the same arguments (its ``prepare.json``),
+    nothing is redone unless ``force``.
     """
-    import pandas as pd
+    import json
+    import time
+
     import torch
 
     from coba_verl.lab.model import ModelSpec, build_model
@@ -108,10 +160,20 @@ def prepare(
     from coba_verl.lab.warmstart import warm_start
 
     out = Path(output_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    train, test = make_splits(seed, n_train, n_test)
-    pd.DataFrame(_rows(train.prompts, train.answers, "train")).to_parquet(out / "train.parquet")
-    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(out / "test.parquet")
+    arguments = {
+        "n_train": n_train, "n_test": n_test, "seed": seed,
+        "warm_target": warm_target, "warm_max_steps": warm_max_steps,
+    }  # fmt: skip
+    if levels is not None:
+        arguments["levels"] = list(levels)
+    manifest = out / MANIFEST
+    if not force and manifest.is_file() and json.loads(manifest.read_text()).get("arguments") == arguments:
+        logger.info("%s already holds this output (%s); reusing it (--force to redo)", out, manifest)
+        return out
+    manifest.unlink(missing_ok=True)  # a half-written output is never reused
+    start = time.perf_counter()
+    write_data(out, n_train=n_train, n_test=n_test, seed=seed, levels=levels)
+    train, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
 
     tokenizer = build_tokenizer()
     backend = tokenizer.backend_tokenizer  # what the lab's warm start encodes with
@@ -133,12 +195,21 @@ def prepare(
         seed=seed,
         target=warm_target,
         exclude=frozenset(train.prompts) | frozenset(test.prompts),
+        **_level_kwargs(levels),
     )
-    logger.info("warm start: %d steps, probe accuracy %s", result.steps, result.probe_acc[-1:])
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
+    seconds = time.perf_counter() - start
+    logger.info(
+        "warm start: %d steps, probe accuracy %s; prepared in %.0f s",
+        result.steps,
+        result.probe_acc[-1:],
+        seconds,
+    )
+    record = {"arguments": arguments, "warm_steps": result.steps, "probe_acc": result.probe_acc[-1:]}
+    manifest.write_text(json.dumps({**record, "seconds": round(seconds, 1)}, indent=2) + "\n")
     return out
 
 
@@ -147,15 +218,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m coba_verl.cpu.tiny",
         description="Write the tiny CPU recipe's parquet files and warm-started model "
-        "(nothing is downloaded).",
+        "(nothing is downloaded). A rerun with the same arguments reuses the output.",
     )
     parser.add_argument("--output-dir", default="~/data/coba/tiny_cpu", help="default: %(default)s")
     parser.add_argument("--train-size", type=int, default=256, help="training prompts (default: %(default)s)")
     parser.add_argument("--test-size", type=int, default=64, help="validation prompts (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="data and model seed (default: %(default)s)")
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help=f"the longer warm start (probe accuracy {LONG_WARM['warm_target']}, at most "
+        f"{LONG_WARM['warm_max_steps']} steps: about half an hour on 2 cores) instead of the default "
+        f"({FAST_WARM['warm_target']}, at most {FAST_WARM['warm_max_steps']} steps: a few minutes)",
+    )
+    parser.add_argument("--force", action="store_true", help="redo the output even if it is already there")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = prepare(args.output_dir, n_train=args.train_size, n_test=args.test_size, seed=args.seed)
+    out = prepare(
+        args.output_dir,
+        n_train=args.train_size,
+        n_test=args.test_size,
+        seed=args.seed,
+        force=args.force,
+        **(LONG_WARM if args.long else FAST_WARM),
+    )
     logger.info("wrote %s/{train,test}.parquet and %s/model", out, out)
     return 0
 

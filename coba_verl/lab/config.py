@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from coba_verl.core.config import STRATEGIES, CobaConfig
+from coba_verl.core.solvers import check_budget
 from coba_verl.lab.task import parse_levels
 
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
@@ -182,14 +183,11 @@ class LabConfig:
             kinds = {k: type(v).__name__ for k, v in self.coba.items()}
             raise ValueError(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
-            total = self.budget(spec)
-            low, up = cfg.min_rollouts * self.prompts_per_step, cfg.max_rollouts * self.prompts_per_step
-            if not low <= total <= up:
-                raise ValueError(
-                    f"run {spec.label!r} has total={total} rollouts per step, infeasible for "
-                    f"M={self.prompts_per_step} prompts with min_rollouts={cfg.min_rollouts}, "
-                    f"max_rollouts={cfg.max_rollouts}: need {low} <= total <= {up}."
-                )
+            check_budget(
+                self.prompts_per_step, self.budget(spec), cfg.min_rollouts, cfg.max_rollouts,
+                total_name=f"run {spec.label!r}: rollouts per step", low_name="min_rollouts",
+                up_name="max_rollouts",
+            )  # fmt: skip
 
     @classmethod
     def from_scenario(cls, name: str, **overrides: Any) -> LabConfig:

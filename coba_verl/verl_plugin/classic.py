@@ -42,6 +42,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from coba_verl.core import BudgetAllocator
 from coba_verl.core.metrics import PREFIX, step_metrics
+from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.verl_plugin.config_bridge import check_config, user_batch
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
 from coba_verl.verl_plugin.sessions import count_failed_sessions
@@ -87,19 +88,23 @@ def translate_config(config: DictConfig) -> None:
         )
     actor = config.actor_rollout_ref.actor
     critic = OmegaConf.select(config, "critic")
+    # read both before writing either: veRL's critic.ppo_mini_batch_size interpolates the actor's
+    actor_mini = int(actor.ppo_mini_batch_size)
+    critic_mini = critic.get("ppo_mini_batch_size") if critic is not None else None
+    critic_mini = int(critic_mini) if critic_mini is not None else None
     with open_dict(config):
         config[CLASSIC_NODE] = {
             "train_batch_size": m,
             "rollout_n": n,
-            "actor_ppo_mini_batch_size": int(actor.ppo_mini_batch_size),
+            "actor_ppo_mini_batch_size": actor_mini,
         }
         config.actor_rollout_ref.rollout.n = 1
         config.data.gen_batch_size = m
         config.data.train_batch_size = m * n
-        actor.ppo_mini_batch_size = int(actor.ppo_mini_batch_size) * n
-        if critic is not None and critic.get("ppo_mini_batch_size") is not None:
-            config[CLASSIC_NODE].critic_ppo_mini_batch_size = int(critic.ppo_mini_batch_size)
-            critic.ppo_mini_batch_size = int(critic.ppo_mini_batch_size) * n
+        actor.ppo_mini_batch_size = actor_mini * n
+        if critic_mini is not None:
+            config[CLASSIC_NODE].critic_ppo_mini_batch_size = critic_mini
+            critic.ppo_mini_batch_size = critic_mini * n
     logger.info(
         "classic trainer: rollout.n=%d -> 1 with B_i rows per prompt; data.train_batch_size %d -> %d rows, "
         "data.gen_batch_size=%d prompts, actor.ppo_mini_batch_size %d -> %d rows",
@@ -146,11 +151,16 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         )
 
     def _validate(self, *args: Any, **kwargs: Any) -> dict:
+        """veRL's validation (its `_get_gen_batch` calls are not allocated); logs the held-out score."""
         self._validating = True
         try:
-            return super()._validate(*args, **kwargs)
+            val_metrics = super()._validate(*args, **kwargs)
         finally:
             self._validating = False
+        held_out = held_out_score(val_metrics)
+        if held_out is not None:
+            logger.info("coba-verl step %d: held-out %.3f (%s)", self.global_steps, held_out[1], held_out[0])
+        return val_metrics
 
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
         """Allocate the step's budgets and give prompt i B_i rows (in place), then veRL's split."""
@@ -192,6 +202,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         output = super()._update_actor(batch)
         metrics[PREFIX + "plugin_time_s"] = plugin_s
         output.meta_info.setdefault("metrics", {}).update(metrics)
+        logger.info(step_line(self.global_steps, metrics))
         return output
 
     def _load_checkpoint(self) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from coba_verl.core.config import CobaConfig
+from coba_verl.core.solvers import check_budget
 
 #: Name under which `CobaTrainer` is registered in veRL's trainer registry. veRL's trainer base
 #: treats every mode other than ``sync`` as asynchronous, so `CobaTrainer` resets the config to
@@ -56,13 +57,13 @@ def check_config(config: DictConfig) -> CobaConfig:
     m, n = user_batch(config)
     total = m * n
     low, up = cfg.min_rollouts, cfg.max_rollouts
-    if not m * low <= total <= m * up:
-        raise ValueError(
-            f"the budget data.train_batch_size * actor_rollout_ref.rollout.n = {m} * {n} = {total} is "
-            f"infeasible for M={m} prompts with coba.min_rollouts={low}, coba.max_rollouts={up}: need "
-            f"{m * low} <= total <= {m * up}. Set actor_rollout_ref.rollout.n between {low} and {up}, "
-            "or move coba.min_rollouts / coba.max_rollouts around it."
-        )
+    check_budget(
+        m, total, low, up,
+        total_name=f"the budget data.train_batch_size * actor_rollout_ref.rollout.n ({m} * {n})",
+        low_name="coba.min_rollouts", up_name="coba.max_rollouts",
+        fix=f"Set actor_rollout_ref.rollout.n between {low} and {up}, or move coba.min_rollouts / "
+        "coba.max_rollouts around it.",
+    )  # fmt: skip
     return cfg
 
 

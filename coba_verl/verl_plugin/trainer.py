@@ -19,6 +19,8 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid), then
                              the trained groups' scores go to the tracker (`sessions`' rule for
                              failed sessions and for an engine that ignores budgets).
+``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
+                             budget range, alpha/beta, prompt mean score, held-out when measured.
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
                              for the next step) and the ``coba/`` metrics. ``fit()`` writes the
                              checkpoint after ``step`` returns, so data.pt holds the updated tracker
@@ -54,6 +56,7 @@ from verl.utils import tensordict_utils as tu
 
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
+from coba_verl.core.step_line import step_line
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
@@ -70,6 +73,7 @@ EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
     "_submit_batch_to_rollout": ("self", "batch"),
     "_compute_advantage": ("self", "batch", "metrics"),
     "step": ("self", "metrics", "timing_raw"),
+    "_compute_metrics": ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
 }
 
 
@@ -242,6 +246,13 @@ class CobaTrainer(PPOTrainerSync):
         metrics[PREFIX + "plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
         self._plugin_time_s = 0.0
         return batch
+
+    def _compute_metrics(
+        self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
+    ) -> None:
+        """veRL's step metrics (validation's included, when this step validated), then the step's line."""
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        logger.info(step_line(global_steps, metrics))
 
     # ------------------------------------------------------------------ helpers
     def _allocate_window(self, window: TensorDict) -> TensorDict:

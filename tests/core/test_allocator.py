@@ -187,7 +187,7 @@ P5 = np.array([0.0, 0.2, 0.5, 0.9, 1.0])
         ((np.array([0.5, 1.5]), 8), {}, ValueError, "pass rate 1.5 is outside [0, 1] (pass_rates[1])."),
         ((np.array([0.5, -np.inf]), 8), {}, ValueError, "pass rate -inf is outside [0, 1] (pass_rates[1])."),
         ((np.ones((2, 2)), 8), {}, ValueError, "pass_rates must be one-dimensional, got shape (2, 2)."),
-        ((P5, 5), {}, ValueError, "total=5 is infeasible for M=5 prompts with low=2, up=128"),
+        ((P5, 5), {}, ValueError, "total_budget=5 is infeasible for M=5 prompts with min_rollouts=2"),
     ],
 )
 def test_allocate_raise_error(args, kwargs, error, message):
@@ -270,7 +270,8 @@ def test_allocate_derives_the_shape_a_tracker_would_after_one_step_at_these_rate
 
 
 def test_allocate_rejects_infeasible_budget_with_the_numbers():
-    with pytest.raises(ValueError, match="total=10 is infeasible for M=8 prompts with low=2, up=128"):
+    message = "total_budget=10 is infeasible for M=8 prompts with min_rollouts=2, max_rollouts=128"
+    with pytest.raises(ValueError, match=message):
         allocate(np.full(8, 0.5), 10)
 
 
@@ -324,3 +325,14 @@ def test_knapsack_effective_prompts_get_the_knapsack_optimum():
 
     g = KnapsackValue().gains(p)
     assert objective(g, b) == pytest.approx(objective(g, solve_dp(g, 120, 2, 128)), rel=1e-12)
+
+
+def test_prompt_mean_score_weighs_every_prompt_once_whatever_its_budget():
+    """Prompt 0 got 6 rollouts (all pass), prompt 1 got 2 (all fail): per-prompt mean 0.5, while
+    the mean over rollouts (veRL's critic/score/mean) is 0.75."""
+    allocator = BudgetAllocator(CobaConfig(), 2)
+    allocator.observe([0] * 6 + [1] * 2, [1.0] * 6 + [0.0] * 2)
+    stats = allocator.end_step()
+    assert stats["coba/prompt_mean_score"] == 0.5
+    allocator.observe([1, 1], [1.0, 0.0])  # the next step starts from nothing
+    assert allocator.end_step()["coba/prompt_mean_score"] == 0.5

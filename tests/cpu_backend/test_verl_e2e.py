@@ -1,14 +1,32 @@
-"""veRL's real trainer end to end on CPU: ``python -m coba_verl.main`` with the tiny recipe.
+"""veRL's real trainers end to end on CPU: ``python -m coba_verl.main`` with the tiny recipe.
 
 Everything is veRL's own code path — hydra config, ``validate_config``, ``run_ppo``, the
-``TaskRunnerV1`` Ray actor, the FSDP2 actor worker with ``ppo_loss``, the agent loop and router,
-the reward loop, TransferQueue, GRPO, the naive checkpoint engine, ``data.pt`` checkpoints —
-except the inference engine, which is coba-verl's ``hf`` rollout. The model is the tiny recipe's
-warm-started Qwen2 on 32 generated arithmetic prompts, 16 a step (2 steps an epoch, so steps 3
-and 4 allocate from history).
+TaskRunner Ray actor (``TaskRunnerV1`` or the classic ``TaskRunner``), the FSDP2 actor worker with
+``ppo_loss``, the agent loop and router, the reward loop, TransferQueue (V1), GRPO, the naive
+checkpoint engine, ``data.pt`` checkpoints — except the inference engine, which is coba-verl's
+``hf`` rollout. The model is the tiny recipe's warm-started Qwen2 on 32 generated arithmetic
+prompts, 16 a step (2 steps an epoch, so steps 3 and 4 allocate from history).
 
-Three runs (about 5 minutes on 2 cores): coba for 4 steps with a checkpoint at step 2, a resume
-of it from that checkpoint, and uniform for 2 steps. Run alone with ``pytest -m e2e``.
+Runs of about 2 minutes each on 2 cores, mostly start-up (the data and model are prepared once,
+in about a minute). Alone with ``python -m pytest -m e2e``; the default ``python -m pytest`` (and
+CI) leaves out the ones also marked ``e2e_extended``:
+
+* for each trainer, V1 sync (``trainer.use_v1=true``) and classic (``trainer.use_v1=false``):
+  coba for 4 steps with a checkpoint every step, and a resume (V1 from step 2, an epoch
+  boundary; classic from step 1, see `RESUME_FROM`);
+* V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
+* ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
+  ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
+  runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``).
+
+Budgets are read back from veRL's own rollout dump (``trainer.rollout_data_dir``): the number
+of trained trajectories of each prompt in a step is its B_i.
+
+The ``hf`` server gives the B_i identical requests of a prompt B_i distinct, reproducible samples,
+but which session gets which sample follows the order in which requests arrive, which Ray does
+not fix. The per-step set of trajectories is therefore reproducible, their order in the batch is
+not; checks compare sets, and the stock comparison trains on one mini-batch a step, so that the
+update does not depend on the order either.
 """
 
 from __future__ import annotations
@@ -17,7 +35,9 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,28 +51,38 @@ M, N = 16, 4  # data.train_batch_size, rollout.n of the tiny recipe
 ALLOCATION_METRICS = (
     "budget_std", "budget_min", "budget_max", "expected_zero_var_share", "alpha", "beta", "tau",
 )  # fmt: skip
+CLASSIC = "trainer.use_v1=false"
+#: Checkpoint each trainer is resumed from. veRL's classic fit() does not restore the data order
+#: at an epoch boundary (it skips data.pt there, ray_trainer.py:1104-1112, and the resumed epoch
+#: replays the first epoch's order, as with stock veRL); coba-verl restores the allocator there
+#: anyway, but the prompts of step 3 would differ. So the classic resume starts mid-epoch.
+RESUME_FROM = {"v1": 2, "classic": 1}
+DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    """The tiny recipe's data and model, with a short warm start (a few pass rates above zero)."""
+    """The tiny recipe's data and model on its two easy levels, whose short warm start (about a
+    minute) leaves pass rates spread between 0 and 1: groups with and without a reward spread."""
     from coba_verl.cpu.tiny import prepare
 
     return prepare(
-        tmp_path_factory.mktemp("tiny"), n_train=32, n_test=16, warm_target=0.25, warm_max_steps=800
-    )
+        tmp_path_factory.mktemp("tiny"), n_train=32, n_test=16, warm_target=0.25, warm_max_steps=600,
+        levels=["2+1", "2-1"],
+    )  # fmt: skip
 
 
-def train(tiny: Path, out: Path, *overrides: str) -> list[dict]:
-    """Run ``python -m coba_verl.main`` on the tiny recipe; return the step metrics veRL logged."""
+def train(tiny: Path, out: Path, *overrides: str, script: tuple[str, ...] = ("-m", "coba_verl.main")) -> list:
+    """Run ``python -m coba_verl.main`` (or ``script``) on the tiny recipe; return veRL's step metrics."""
     log = out / "metrics.jsonl"
     command = [
-        sys.executable, "-m", "coba_verl.main",
+        sys.executable, *script,
         "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
         f"data.train_files={tiny / 'train.parquet'}", f"data.val_files={tiny / 'test.parquet'}",
         f"actor_rollout_ref.model.path={tiny / 'model'}",
         f"trainer.default_local_dir={out / 'ckpt'}",
         "trainer.logger=[console,file]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        f"trainer.rollout_data_dir={out / 'rollouts'}",
         "coba_cpu.allow_with_cuda=true",  # the same CPU run on a machine that also has a GPU
         *overrides,
     ]  # fmt: skip
@@ -60,83 +90,175 @@ def train(tiny: Path, out: Path, *overrides: str) -> list[dict]:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    return [{**row["data"], "step": row["step"]} for row in rows if "coba/rollouts" in row["data"]]
+    return [{**row["data"], "step": row["step"]} for row in rows if "timing_s/step" in row["data"]]
 
 
-@pytest.fixture(scope="module")
-def coba_run(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("coba")
-    steps = train(tiny, out, "coba.strategy=coba", "trainer.total_training_steps=4", "trainer.save_freq=2")
-    return out, steps
+def trained(out: Path, step: int) -> list[dict]:
+    """veRL's dump of the trajectories trained at ``step``: input, output, gts, score."""
+    return [json.loads(line) for line in (out / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+
+
+def budgets(out: Path, step: int) -> Counter:
+    """(prompt text, answer) -> trajectories trained at ``step``: B_i of each prompt (a step
+    without DAPO trains M distinct prompts)."""
+    return Counter((row["input"], row["gts"]) for row in trained(out, step))
+
+
+def trained_groups(out: Path, step: int) -> dict[str, list[dict]]:
+    """uid -> the group's trained trajectories at ``step`` (V1 dump: ``uid`` is the sample key
+    ``<uid>_<session>_<output>``), without veRL's padding rows (``pad<hex>`` uids, no prompt)
+    that V1 adds to a batch of groups of mixed sizes."""
+    groups: dict[str, list[dict]] = {}
+    for row in trained(out, step):
+        uid = row["uid"].rsplit("_", 2)[0]
+        if not uid.startswith("pad"):
+            groups.setdefault(uid, []).append(row)
+    return groups
+
+
+@pytest.fixture(scope="module", params=["v1", "classic"])
+def coba_run(request, tiny, tmp_path_factory):
+    """coba for 4 steps, checkpoint at step 2, in veRL's V1 sync trainer or its classic trainer."""
+    out = tmp_path_factory.mktemp(f"coba-{request.param}")
+    trainer = (CLASSIC,) if request.param == "classic" else ()
+    steps = train(tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=1", *trainer)
+    return SimpleNamespace(out=out, steps=steps, trainer=trainer, resume_from=RESUME_FROM[request.param])
 
 
 def test_every_step_spends_m_times_n_rollouts_on_m_prompts(coba_run):
-    _, steps = coba_run
+    steps = coba_run.steps
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     for s in steps:
-        # CobaTrainer raises when a prompt's finished sessions differ from its B_i, so a finished
-        # run means every prompt got exactly its budget; these count what reached the tracker.
-        assert s["coba/prompts"] == M and s["coba/rollouts"] == M * N
+        # A prompt with more sessions than its B_i stops the run; these count what reached the
+        # tracker, and veRL's own dump what was trained.
+        assert s["coba/prompts"] == M and s["coba/rollouts"] == M * N and s["coba/failed_rollouts"] == 0
         assert s["coba/budget_mean"] == N
+        trained_budgets = budgets(coba_run.out, s["step"])
+        assert len(trained_budgets) == M and sum(trained_budgets.values()) == M * N
 
 
 def test_budgets_are_uniform_in_epoch_one_and_differ_once_history_exists(coba_run):
-    _, steps = coba_run
+    steps = coba_run.steps
     assert [s.get("coba/cold_start", 0) for s in steps] == [1, 1, 0, 0]  # logged only when 1
     assert steps[0]["coba/budget_std"] == 0 and steps[1]["coba/budget_std"] == 0
     assert steps[2]["coba/budget_std"] > 0 and steps[3]["coba/budget_std"] > 0
+    for s in steps:  # what veRL trained is what was allocated: min, max and spread of B_i
+        trained_budgets = np.array(list(budgets(coba_run.out, s["step"]).values()))
+        assert trained_budgets.min() == s["coba/budget_min"] and trained_budgets.max() == s["coba/budget_max"]
+        assert np.isclose(trained_budgets.std(), s["coba/budget_std"])
+
+
+def test_prompt_mean_score_is_veRLs_mean_score_under_equal_budgets_and_weighs_prompts_once(coba_run):
+    for s in coba_run.steps:
+        by_prompt: dict = {}
+        for row in trained(coba_run.out, s["step"]):
+            by_prompt.setdefault((row["input"], row["gts"]), []).append(row["score"])
+        assert s["coba/prompt_mean_score"] == pytest.approx(np.mean([np.mean(v) for v in by_prompt.values()]))
+        if s["coba/budget_std"] == 0:  # epoch 1: every prompt has n rollouts
+            assert s["coba/prompt_mean_score"] == pytest.approx(s["critic/score/mean"])
 
 
 def test_actor_weights_change_and_the_rollout_serves_them(coba_run, tiny):
-    out, steps = coba_run
-    for s in steps:
-        assert s["actor/grad_norm"] > 0
+    for s in coba_run.steps:
+        # A step whose groups all pass or all fail has zero advantages and so no policy gradient
+        # (the tiny model often fails every prompt of a step); any other step must have one.
+        has_signal = s["critic/advantages/max"] > 0 or s["critic/advantages/min"] < 0
+        assert (s["actor/grad_norm"] > 0) == has_signal, (s["step"], s["actor/grad_norm"])
         # Rollout log-probs (hf server) against the actor's recomputation on the same tokens: the
         # server must hold the weights of the previous update, or this grows with every step.
         assert s["training/rollout_probs_diff_mean"] < 1e-5, s["training/rollout_probs_diff_mean"]
         assert s["training/rollout_actor_probs_pearson_corr"] > 0.999
+    assert any(s["actor/grad_norm"] > 0 for s in coba_run.steps)
     initial = load_file(tiny / "model" / "model.safetensors")
-    shards = sorted((out / "ckpt" / "global_step_4" / "actor").glob("model_world_size_*_rank_0.pt"))
-    assert shards, sorted(p.name for p in (out / "ckpt" / "global_step_4" / "actor").iterdir())
-    trained = torch.load(shards[0], map_location="cpu", weights_only=False)
+    actor = coba_run.out / "ckpt" / "global_step_4" / "actor"
+    shards = sorted(actor.glob("model_world_size_*_rank_0.pt"))
+    assert shards, sorted(p.name for p in actor.iterdir())
+    weights = torch.load(shards[0], map_location="cpu", weights_only=False)
     name = "model.layers.0.mlp.down_proj.weight"
-    after = trained[name].full_tensor() if hasattr(trained[name], "full_tensor") else trained[name]
+    after = weights[name].full_tensor() if hasattr(weights[name], "full_tensor") else weights[name]
     assert not torch.allclose(after.float(), initial[name].float())
 
 
 def test_checkpoint_holds_the_allocator(coba_run):
-    out, _ = coba_run
     from coba_verl.verl_plugin.dataloader import STATE_KEY
 
-    data = torch.load(out / "ckpt" / "global_step_2" / "data.pt", weights_only=False)
-    assert STATE_KEY in data, list(data)
+    data = torch.load(coba_run.out / "ckpt" / "global_step_2" / "data.pt", weights_only=False)
+    assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == 2
 
 
-def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny, tmp_path):
-    """Resume from step 2 of the coba run: steps 3 and 4 allocate as in the uninterrupted run.
-
-    Step 3's allocation depends only on the restored tracker; step 4's also on step 3's rollouts,
-    which the hf server samples reproducibly (seeded per prompt and weight version)."""
-    out, steps = coba_run
+def test_resume_from_a_checkpoint_reproduces_the_budgets(coba_run, tiny, tmp_path):
+    """Resume from step r (`RESUME_FROM`): steps r+1 and r+2 give every prompt the budget of the
+    uninterrupted run (step 3, the first of epoch 2, with budgets that differ). Step r+1's budgets
+    depend only on the restored tracker; step r+2's also on step r+1's scores, sampled from the
+    restored weights (the hf server's samples of a prompt are reproducible as a set). Later steps
+    would depend on an update whose mini-batches follow the request order (module docstring)."""
+    r = coba_run.resume_from
     resumed = train(
-        tiny, tmp_path, "coba.strategy=coba", "trainer.total_training_steps=4", "trainer.save_freq=-1",
-        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out / 'ckpt' / 'global_step_2'}",
+        tiny, tmp_path, "coba.strategy=coba", f"trainer.total_training_steps={r + 2}", "trainer.save_freq=-1",
+        "trainer.resume_mode=resume_path", *coba_run.trainer,
+        f"trainer.resume_from_path={coba_run.out / 'ckpt' / f'global_step_{r}'}",
     )  # fmt: skip
-    assert [s["step"] for s in resumed] == [3, 4]
-    for before, after in zip(steps[2:], resumed, strict=True):
+    assert [s["step"] for s in resumed] == [r + 1, r + 2]
+    for step in (r + 1, r + 2):
+        assert budgets(tmp_path, step) == budgets(coba_run.out, step), step
+    assert len(set(budgets(tmp_path, 3).values())) > 1
+    for before, after in zip(coba_run.steps[r:], resumed, strict=False):
         for key in ALLOCATION_METRICS:
             name = f"coba/{key}"
             assert np.isclose(before.get(name, np.nan), after.get(name, np.nan), equal_nan=True), (
                 before["step"], name,
-            )
-        histogram = {k: v for k, v in before.items() if k.startswith("coba/budget_hist/")}
-        assert histogram == {k: v for k, v in after.items() if k.startswith("coba/budget_hist/")}
+            )  # fmt: skip
 
 
-def test_uniform_gives_every_prompt_rollout_n(tiny, tmp_path):
-    steps = train(
-        tiny, tmp_path, "coba.strategy=uniform", "trainer.total_training_steps=3", "trainer.save_freq=-1"
-    )
-    assert [s["step"] for s in steps] == [1, 2, 3]  # step 3 is in epoch 2, where coba would differ
+@pytest.mark.e2e_extended
+def test_classic_uniform_reproduces_stock_veRL(tiny, tmp_path):
+    """coba.strategy=uniform in the classic trainer (rows, rollout.n=1, mini-batches x n) against
+    veRL's unmodified RayPPOTrainer with rollout.n=4: same trajectories, same scores, same
+    advantages and the same update, step after step. One mini-batch of 16 prompts a step (the
+    recipe has 2): which sample a session gets follows the request order (module docstring), and
+    with one mini-batch the update does not depend on the order of the rows."""
+    common = (
+        "trainer.total_training_steps=2", "trainer.save_freq=-1", CLASSIC,
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={M}",
+    )  # fmt: skip
+    stock_out, uniform_out = tmp_path / "stock", tmp_path / "uniform"
+    stock_out.mkdir(), uniform_out.mkdir()
+    stock = train(tiny, stock_out, *common, script=(str(REPO / "tests/cpu_backend/stock_classic_main.py"),))
+    uniform = train(tiny, uniform_out, "coba.strategy=uniform", *common)
+    assert [s["step"] for s in stock] == [s["step"] for s in uniform] == [1, 2]
+    assert "coba/budget_mean" not in stock[0] and uniform[0]["coba/budget_max"] == N
+    for step in (1, 2):
+        key = lambda row: (row["input"], row["gts"], row["output"], row["score"])  # noqa: E731
+        assert sorted(map(key, trained(stock_out, step))) == sorted(map(key, trained(uniform_out, step)))
+    for before, after in zip(stock, uniform, strict=True):
+        for name in (
+            "critic/score/mean", "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
+            "response_length/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy",
+        ):  # fmt: skip
+            assert after[name] == pytest.approx(before[name], rel=1e-5, abs=1e-6), (before["step"], name)
+
+
+@pytest.fixture(scope="module")
+def dapo_run(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dapo")
+    steps = train(tiny, out, "trainer.total_training_steps=3", "trainer.save_freq=-1", *DAPO)
+    return out, steps
+
+
+def test_dapo_dynamic_sampling_trains_m_groups_with_signal_from_windows_of_m_times_n(dapo_run):
+    out, steps = dapo_run
+    assert [s["step"] for s in steps] == [1, 2, 3]
     for s in steps:
-        assert s["coba/budget_min"] == s["coba/budget_max"] == N and s["coba/budget_std"] == 0
+        groups = trained_groups(out, s["step"])
+        assert len(groups) == M  # DAPO refilled until M groups with a reward spread remained
+        assert all(len({row["score"] for row in rows}) > 1 for rows in groups.values())
+        assert all(len({row["input"] for row in rows}) == 1 for rows in groups.values())
+        assert 2 <= min(map(len, groups.values())) and max(map(len, groups.values())) <= 16  # recipe bounds
+        # every generated group is observed once, trained or evicted; windows spend M * n each
+        assert s["coba/rollouts"] == s["coba/rollouts_generated"] > M * N
+        cleared = [f"training/filter_groups/{k}" for k in ("evicted_samples", "discarded_surplus_samples")]
+        assert s["coba/evicted_groups"] == sum(s.get(key, 0) for key in cleared) > 0
+        if s["coba/windows"] > 0:
+            assert s["coba/budget_mean"] == N
+    assert sum(s["coba/windows"] for s in steps) >= 4  # more prompts drawn than the steps train
+    assert max(s["coba/budget_std"] for s in steps if s["coba/windows"] > 0) > 0  # CoBA after epoch 1

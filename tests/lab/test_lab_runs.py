@@ -141,7 +141,7 @@ def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: p
         (["--warm-levels", "3*3"], "warm_levels ['3*3'] are not in levels"),
         (["--device", "tpu"], "device='tpu' is not a torch device"),
         (["--coba", "kappa=1"], "coba.kappa=1.0 must be > 2"),
-        (["--rollouts-per-prompt", "1"], "total=32 rollouts per step, infeasible"),
+        (["--rollouts-per-prompt", "1"], "rollouts per step=32 is infeasible"),
         (["--runs", "coba,coba"], "repeats a strategy"),
     ],
 )

@@ -28,6 +28,7 @@ def test_translation_turns_prompts_times_n_into_rows_and_keeps_the_users_values(
     assert config.actor_rollout_ref.rollout.n == 1
     assert config.data.gen_batch_size == 64 and config.data.train_batch_size == 64 * 16
     assert config.actor_rollout_ref.actor.ppo_mini_batch_size == 16 * 16
+    assert config.critic.ppo_mini_batch_size == 16 * 16  # veRL's default interpolates the actor's: once
     assert config[CLASSIC_NODE].rollout_n == 16 and config[CLASSIC_NODE].train_batch_size == 64
     assert user_batch(config) == (64, 16)  # what the allocator spends: M prompts, M * n rollouts
 
@@ -46,7 +47,8 @@ def test_translated_config_passes_veRLs_own_validate_config(classic_1x8):
 
     config = copy.deepcopy(classic_1x8)
     translate_config(config)
-    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    use_critic, use_reference = need_critic(config), need_reference_policy(config)
+    validate_config(config, use_reference_policy=use_reference, use_critic=use_critic)
 
 
 @pytest.mark.parametrize(

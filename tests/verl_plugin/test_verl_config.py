@@ -87,7 +87,7 @@ def base_1x8(coba_compose, gpu_1x8):
         ("trainer.v1.trainer_mode", "separate_async", "replay_buffer.py:388-392, 556"),
         ("trainer.v1.sync.parameter_sync_step", 2, "Set trainer.v1.sync.parameter_sync_step=1"),
         ("coba.min_rollouts", 1, "coba.min_rollouts=1 is below 2"),
-        ("actor_rollout_ref.rollout.n", 256, "64 * 256 = 16384 is infeasible for M=64 prompts"),
+        ("actor_rollout_ref.rollout.n", 256, "(64 * 256)=16384 is infeasible for M=64 prompts"),
         ("coba.min_rollouts", 20, "need 1280 <= total <= 8192"),
         ("coba.max_rollouts", 8, "Set actor_rollout_ref.rollout.n between 2 and 8"),
         ("algorithm.adv_estimator", "gae", "algorithm.adv_estimator=gae is not supported"),
