@@ -216,8 +216,18 @@ class BudgetAllocator:
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        """Tracker state plus the strategy name (plain arrays and numbers)."""
-        return {"strategy": self.config.strategy, "tracker": self.tracker.state_dict()}
+        """Tracker state, the strategy name and this step's raw scores so far (plain arrays and
+        numbers): like the tracker's pending step, a checkpoint inside a step keeps them."""
+        ids = [i for i, _ in self._step_scores]
+        scores = [s for _, s in self._step_scores]
+        return {
+            "strategy": self.config.strategy,
+            "tracker": self.tracker.state_dict(),
+            "step_scores": {
+                "ids": np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                "scores": np.concatenate(scores) if scores else np.zeros(0, np.float64),
+            },
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("strategy") != self.config.strategy:
@@ -227,4 +237,6 @@ class BudgetAllocator:
                 self.config.strategy,
             )
         self.tracker.load_state_dict(state["tracker"])
-        self._step_scores = []
+        saved = state.get("step_scores")  # absent in checkpoints of older coba-verl versions
+        ids = np.asarray(saved["ids"], np.int64) if saved is not None else np.zeros(0, np.int64)
+        self._step_scores = [(ids, np.asarray(saved["scores"], np.float64))] if ids.size else []

@@ -77,6 +77,7 @@ def save_allocator(
     tracker = state["tracker"]
     arrays = {f"tracker/{k}": np.asarray(v) for k, v in tracker.items() if isinstance(v, np.ndarray)}
     scalars = {k: v for k, v in tracker.items() if not isinstance(v, np.ndarray)}
+    arrays.update({f"step_scores/{k}": np.asarray(v) for k, v in state["step_scores"].items()})
     meta: dict[str, Any] = {
         "strategy": state["strategy"],
         "fingerprint": fingerprint,
@@ -109,6 +110,7 @@ def load_allocator(folder: str, allocator: BudgetAllocator, *, fingerprint: str)
         meta: dict[str, Any] = json.loads(str(data["meta"]))
         tracker = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("tracker/")}
         round_arrays = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("round/")}
+        step_scores = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("step_scores/")}
     if meta["fingerprint"] != fingerprint:
         raise ValueError(
             f"{path} was written for a training set whose {meta['id_column']!r} ids differ from this "
@@ -116,7 +118,9 @@ def load_allocator(folder: str, allocator: BudgetAllocator, *, fingerprint: str)
             "without resume_from_checkpoint."
         )
     tracker.update(meta["tracker"])
-    allocator.load_state_dict({"strategy": meta["strategy"], "tracker": tracker})
+    allocator.load_state_dict(
+        {"strategy": meta["strategy"], "tracker": tracker, "step_scores": step_scores or None}
+    )
     unfinished = None
     if "round" in meta:
         ids = round_arrays.pop("ids")

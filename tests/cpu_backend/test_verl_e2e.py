@@ -13,7 +13,7 @@ CI) leaves out the ones also marked ``e2e_extended``:
 
 * for each trainer, V1 sync (``trainer.use_v1=true``) and classic (``trainer.use_v1=false``):
   coba for 4 steps with a checkpoint every step, and a resume (V1 from step 2, an epoch
-  boundary; classic from step 1, see `RESUME_FROM`);
+  boundary; classic from step 1, see `RESUME_FROM`; the classic resume is ``e2e_extended``);
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
 * ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
   ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
@@ -186,6 +186,9 @@ def test_checkpoint_holds_the_allocator(coba_run):
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == 2
 
 
+@pytest.mark.parametrize(
+    "coba_run", ["v1", pytest.param("classic", marks=pytest.mark.e2e_extended)], indirect=True
+)  # the classic resume is extended only to keep CI's time in bounds
 def test_resume_from_a_checkpoint_reproduces_the_budgets(coba_run, tiny, tmp_path):
     """Resume from step r (`RESUME_FROM`): steps r+1 and r+2 give every prompt the budget of the
     uninterrupted run (step 3, the first of epoch 2, with budgets that differ). Step r+1's budgets
