@@ -1,6 +1,6 @@
 """Time the tiny CPU recipe through veRL's real trainer: setup, per step, coba-verl's share, memory.
 
-    python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu
+    python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
     python bench/tiny_cpu.py                       # 48 steps of recipes/tiny_cpu, coba
     python bench/tiny_cpu.py --strategy uniform trainer.total_training_steps=12
 
@@ -48,7 +48,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--data-dir", default="~/data/coba/tiny_cpu", help="output of python -m coba_verl.cpu.tiny"
+        "--data-dir", default="~/data/coba/tiny_cpu", help="output of python -m coba_verl.arithmetic.tiny"
     )
     parser.add_argument("--strategy", default="coba")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")

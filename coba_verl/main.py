@@ -113,11 +113,11 @@ def run(config: DictConfig) -> None:
 
     with preflight.refusals():  # ours first, before veRL's TaskRunner, workers and Ray
         check_config(config)  # also valid before translate_config: it reads the user's M and n
-        launcher.check_trl_conflict(config)
+        preflight.check_trl_conflict(config)
         if launcher.cpu_backend_enabled(config):
             launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
         else:
-            launcher.check_accelerator(config)  # no GPU: say so before asking for data
+            preflight.check_accelerator(config)  # no GPU: say so before asking for data
         preflight.place_checkpoints(config)
         preflight.check_inputs(config)
         preflight.warn_resume(config)

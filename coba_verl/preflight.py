@@ -3,6 +3,10 @@
 Ray takes half a minute to start and then hides an early mistake under worker logs, so the
 driver looks first, with nothing heavier than pyarrow:
 
+- `check_trl_conflict`: an FSDP run where TRL 1.16 is importable (veRL's FSDP engine imports a
+  class TRL has removed) stops before Ray starts, not minutes later in every actor worker.
+- `check_accelerator`: a GPU recipe on a machine without GPUs stops at once with a message,
+  instead of waiting forever for a placement group Ray cannot satisfy.
 - `place_checkpoints`: ``trainer.default_local_dir: null`` (the tiny CPU recipe) puts
   checkpoints next to the training data, one folder per experiment::
 
@@ -10,7 +14,7 @@ driver looks first, with nothing heavier than pyarrow:
         -> /d/tiny_cpu/checkpoints/tiny-cpu
 
 - `check_inputs`: every local data file and a local-looking model path exist (the tiny recipe's
-  message names ``python -m coba_verl.cpu.tiny``), and every training row has
+  message names ``python -m coba_verl.arithmetic.tiny``), and every training row has
   ``extra_info.index`` (CoBA-RL keys pass rates by it).
 - `warn_resume`: veRL's ``resume_mode=auto`` resumes the latest checkpoint under
   ``trainer.default_local_dir`` and says so at INFO only; this says it at WARNING, with the
@@ -32,12 +36,26 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-__all__ = ["CobaRefusal", "check_inputs", "local_model_path", "place_checkpoints", "refusals", "warn_resume"]
+__all__ = [
+    "CobaRefusal",
+    "check_accelerator",
+    "check_inputs",
+    "check_trl_conflict",
+    "local_model_path",
+    "place_checkpoints",
+    "refusals",
+    "warn_resume",
+]
 
 logger = logging.getLogger(__name__)
 
-#: The reward path that marks the tiny CPU recipe (its data come from `coba_verl.cpu.tiny`).
-TINY_REWARD_PATH = "pkg://coba_verl.cpu.tiny"
+#: The reward path that marks the tiny CPU recipe (its data come from `coba_verl.arithmetic.tiny`).
+TINY_REWARD_PATH = "pkg://coba_verl.arithmetic.tiny"
+#: Where a run without GPUs can go instead.
+CPU_RECIPE_HINT = (
+    "To see the pipeline run on CPU, use the tiny CPU recipe (python -m coba_verl.arithmetic.tiny, then "
+    "bash recipes/tiny_cpu/run.sh) or add +coba_cpu=cpu to a config for a tiny model."
+)
 #: veRL's checkpoint tracker file inside ``trainer.default_local_dir``.
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
@@ -65,6 +83,64 @@ def refusals() -> Iterator[None]:
         if module.split(".")[0] != "coba_verl":
             raise
         raise CobaRefusal(str(error)) from error
+
+
+def check_accelerator(config: DictConfig) -> None:
+    """Refuse a GPU run on a machine without GPUs, before Ray starts (it would wait forever).
+
+    A run that joins an existing Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
+    is left to veRL: the GPUs may be on other nodes.
+
+    Raises:
+        RuntimeError: no CUDA/NPU device is visible and no Ray cluster address is given.
+    """
+    from verl.utils.device import is_npu_available
+
+    if os.environ.get("RAY_ADDRESS") or OmegaConf.select(config, "ray_kwargs.ray_init.address"):
+        return
+    import torch
+
+    if torch.cuda.is_available() or is_npu_available:
+        return
+    raise RuntimeError(
+        f"no GPU found: torch sees no CUDA device, and this run asks for trainer.n_gpus_per_node="
+        f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
+        f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
+    )
+
+
+def check_trl_conflict(config: DictConfig) -> None:
+    """Refuse an FSDP run where a TRL without the PPO value head is importable.
+
+    veRL 0.9.1's FSDP engine imports ``AutoModelForCausalLMWithValueHead`` from TRL whenever TRL
+    is installed (``verl/models/transformers/monkey_patch.py``); TRL 1.16 has removed it, so every
+    actor worker would fail to build, minutes into the run, inside Ray.
+
+    Raises:
+        RuntimeError: naming the TRL version and what to do.
+    """
+    import importlib.util
+
+    if OmegaConf.select(config, "actor_rollout_ref.actor.strategy") not in ("fsdp", "fsdp2"):
+        return
+    if importlib.util.find_spec("trl") is None:
+        return
+    import trl
+
+    if hasattr(trl, "AutoModelForCausalLMWithValueHead"):
+        return
+    try:  # where veRL looks first
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+
+        return
+    except ImportError:
+        pass
+    raise RuntimeError(
+        f"TRL {trl.__version__} is installed in this environment: veRL 0.9.1's FSDP engine imports TRL's "
+        "AutoModelForCausalLMWithValueHead whenever TRL is importable, and this TRL no longer has it, so "
+        "every actor worker would fail to build. Train with veRL from an environment without TRL "
+        "(pip uninstall trl; coba-verl's TRL integration belongs in a separate environment)."
+    )
 
 
 def _files(value: Any) -> list[str]:
@@ -120,7 +196,7 @@ def _missing_file_message(key: str, path: str, config: DictConfig) -> str:
         folder = Path(path).expanduser().parent
         return (
             f"{key}={path} does not exist. Write the tiny CPU recipe's data and model first: "
-            f"python -m coba_verl.cpu.tiny --output-dir {folder}"
+            f"python -m coba_verl.arithmetic.tiny --output-dir {folder}"
         )
     return (
         f"{key}={path} does not exist. Prepare it (e.g. python -m coba_verl.data <dataset> --output-dir "
@@ -170,7 +246,7 @@ def check_inputs(config: DictConfig) -> None:
         what = "does not exist" if not local.exists() else "has no config.json"
         fix = (
             "Write the tiny CPU recipe's data and model first: "
-            f"python -m coba_verl.cpu.tiny --output-dir {local.parent}"
+            f"python -m coba_verl.arithmetic.tiny --output-dir {local.parent}"
             if _is_tiny(config)
             else "Point it at a model folder (with config.json) or a hub id such as Qwen/Qwen2.5-7B-Instruct."
         )

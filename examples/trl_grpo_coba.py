@@ -11,7 +11,7 @@ puts TRL in ``.trl-site`` apart from veRL's environment; where TRL is installed 
 other job running, 1 torch thread: about 16 s of imports, 72 s of warm start (1400 steps to 41 %
 probe accuracy) and 30 s for the 128 GRPO steps.
 
-The task, the character tokenizer and the model are the CPU lab's (`coba_verl.lab`; see
+The task, the character tokenizer and the model are the CPU lab's (`coba_verl.arithmetic`; see
 ``docs/lab.md``): a supervised warm start brings the random model to about 40 % sampled accuracy
 on the easier levels, so that pass rates spread over [0, 1]; then `CobaGRPOTrainer` trains with
 num_generations = G as the mean budget per prompt. The last lines report the held-out reward
@@ -45,17 +45,13 @@ except ModuleNotFoundError as err:
     ) from err
 import torch
 
+from coba_verl.arithmetic.model import ModelSpec, build_model_for
+from coba_verl.arithmetic.task import make_splits
+from coba_verl.arithmetic.tokenizer import transformers_tokenizer
+from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import CobaConfig
-from coba_verl.lab.model import ModelSpec
-from coba_verl.lab.task import make_splits
-from coba_verl.lab.warmstart import warm_start
 from coba_verl.trl import CobaGRPOTrainer  # CoBA-RL: instead of `from trl import GRPOTrainer`
-from coba_verl.trl.arithmetic import (
-    arithmetic_dataset,
-    build_hf_tokenizer,
-    build_tiny_qwen2,
-    exact_answer_reward,
-)
+from coba_verl.trl.arithmetic import arithmetic_dataset, exact_answer_reward
 
 logger = logging.getLogger("trl_grpo_coba")
 
@@ -103,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> CobaGRPOTrainer:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     train, held_out = make_splits(args.seed, args.n_train, max(args.n_eval, 1))
-    tokenizer = build_hf_tokenizer()
+    tokenizer = transformers_tokenizer()
     spec = ModelSpec(hidden_size=args.hidden_size, intermediate_size=4 * args.hidden_size)
-    model = build_tiny_qwen2(tokenizer, spec, seed=args.seed)
+    model = build_model_for(tokenizer, spec, seed=args.seed)
     if args.warm_steps > 0:
         fit = warm_start(
             model,

@@ -46,6 +46,8 @@ EXTRA_OF = {
     "coba_verl.cpu": "verl",
     "coba_verl.data": "verl",
     "coba_verl.lab": "lab",
+    "coba_verl.arithmetic": "trl",  # torch, transformers, tokenizers: the lab's and veRL's bring them too
+    "coba_verl.decoding": "trl",  # torch and transformers
     "coba_verl.trl": "trl",
 }
 #: Scripts and test folders outside the package, and the extras they run with.
@@ -57,7 +59,7 @@ SCRIPT_EXTRAS = {
 }
 #: Imports that are probes, not needs: (module, imported top-level name).
 PROBES = {
-    ("coba_verl.cpu.launcher", "trl"),  # refuses an FSDP run when a TRL without the value head is there
+    ("coba_verl.preflight", "trl"),  # refuses an FSDP run when a TRL without the value head is there
 }
 
 

@@ -62,7 +62,7 @@ def test_missing_tiny_data_names_the_command_that_writes_it(tmp_path):
     (tmp_path / "train.parquet").unlink()
     with pytest.raises(CobaRefusal, match="data.train_files=.* does not exist") as refused:
         preflight.check_inputs(cfg)
-    assert f"python -m coba_verl.cpu.tiny --output-dir {tmp_path}" in str(refused.value)
+    assert f"python -m coba_verl.arithmetic.tiny --output-dir {tmp_path}" in str(refused.value)
 
 
 def test_missing_data_of_another_recipe_names_the_path(tmp_path):
@@ -155,5 +155,17 @@ def test_tiny_recipe_without_data_names_the_prepare_command(tmp_path):
         env={**os.environ, "DATA_DIR": str(tmp_path), "PYTHON": sys.executable},
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
-    assert f"python -m coba_verl.cpu.tiny --output-dir {tmp_path / 'tiny_cpu'}" in done.stderr
+    assert f"python -m coba_verl.arithmetic.tiny --output-dir {tmp_path / 'tiny_cpu'}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_fsdp_run_is_refused_where_a_trl_without_the_ppo_value_head_is_importable(monkeypatch, tmp_path):
+    fake = tmp_path / "trl"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '1.16.0'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "trl", raising=False)
+    fsdp_run = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "fsdp2"}}})
+    with pytest.raises(RuntimeError, match="TRL 1.16.0 is installed.*AutoModelForCausalLMWithValueHead"):
+        preflight.check_trl_conflict(fsdp_run)
+    monkeypatch.delitem(sys.modules, "trl", raising=False)

@@ -8,8 +8,10 @@ extension point:
 `registration`  loaded by veRL in every process: platform, FSDP engine for ``cpu``, rollout ``hf``
 `rollout`       the ``hf`` rollout: transformers generation behind veRL's router
 `workers`       veRL's trainer worker with a gloo-only process group
-`launcher`      start-up checks and Ray counts (also: a GPU run on a machine without GPUs stops)
-`tiny`          the tiny recipe's data, warm-started model and reward
+`launcher`      start-up settings and Ray counts
+
+It needs veRL and torch only: the tiny recipe's task and model are `coba_verl.arithmetic`'s, and
+the rollout's KV-cache decode loop is `coba_verl.decoding`'s.
 """
 
 #: The platform name ``VERL_PLATFORM`` selects.

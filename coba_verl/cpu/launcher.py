@@ -1,4 +1,4 @@
-"""Start-up checks and settings for veRL runs: the CPU backend on, or a GPU run on a GPU machine.
+"""Start-up settings for a veRL run on the CPU backend.
 
 Called by ``python -m coba_verl.main`` before veRL's ``run_ppo`` starts Ray:
 
@@ -8,8 +8,6 @@ Called by ``python -m coba_verl.main`` before veRL's ``run_ppo`` starts Ray:
   (``VERL_USE_EXTERNAL_MODULES``, which veRL imports on ``import verl``); and makes veRL's own
   ``ray.init`` start Ray with ``num_gpus`` = trainer slots (logical) and
   ``num_cpus`` = ``coba_cpu.ray_num_cpus``, so that veRL's placement groups fit on a laptop.
-- `check_accelerator` (every other run): a GPU recipe on a machine without GPUs stops at once
-  with a message, instead of waiting forever for a placement group Ray cannot satisfy.
 """
 
 from __future__ import annotations
@@ -25,10 +23,6 @@ logger = logging.getLogger(__name__)
 
 #: Module veRL imports in every process when named in ``VERL_USE_EXTERNAL_MODULES``.
 REGISTRATION_MODULE = "coba_verl.cpu.registration"
-CPU_RECIPE_HINT = (
-    "To see the pipeline run on CPU, use the tiny CPU recipe (python -m coba_verl.cpu.tiny, then "
-    "bash recipes/tiny_cpu/run.sh) or add +coba_cpu=cpu to a config for a tiny model."
-)
 
 
 def cpu_backend_enabled(config: DictConfig) -> bool:
@@ -125,60 +119,4 @@ def prepare_cpu_run(config: DictConfig) -> None:
         ray_init.runtime_env.env_vars = {**env_vars, **env}
     logger.info(
         "CPU backend: Ray with %d logical CPUs and %d trainer slots; %s", ray_init.num_cpus, slots, env
-    )
-
-
-def check_accelerator(config: DictConfig) -> None:
-    """Refuse a GPU run on a machine without GPUs, before Ray starts (it would wait forever).
-
-    A run that joins an existing Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
-    is left to veRL: the GPUs may be on other nodes.
-
-    Raises:
-        RuntimeError: no CUDA/NPU device is visible and no Ray cluster address is given.
-    """
-    from verl.utils.device import is_npu_available
-
-    if os.environ.get("RAY_ADDRESS") or OmegaConf.select(config, "ray_kwargs.ray_init.address"):
-        return
-    if _cuda_present() or is_npu_available:
-        return
-    raise RuntimeError(
-        f"no GPU found: torch sees no CUDA device, and this run asks for trainer.n_gpus_per_node="
-        f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
-        f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
-    )
-
-
-def check_trl_conflict(config: DictConfig) -> None:
-    """Refuse an FSDP run where a TRL without the PPO value head is importable.
-
-    veRL 0.9.1's FSDP engine imports ``AutoModelForCausalLMWithValueHead`` from TRL whenever TRL
-    is installed (``verl/models/transformers/monkey_patch.py``); TRL 1.16 has removed it, so every
-    actor worker would fail to build, minutes into the run, inside Ray.
-
-    Raises:
-        RuntimeError: naming the TRL version and what to do.
-    """
-    import importlib.util
-
-    if OmegaConf.select(config, "actor_rollout_ref.actor.strategy") not in ("fsdp", "fsdp2"):
-        return
-    if importlib.util.find_spec("trl") is None:
-        return
-    import trl
-
-    if hasattr(trl, "AutoModelForCausalLMWithValueHead"):
-        return
-    try:  # where veRL looks first
-        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    raise RuntimeError(
-        f"TRL {trl.__version__} is installed in this environment: veRL 0.9.1's FSDP engine imports TRL's "
-        "AutoModelForCausalLMWithValueHead whenever TRL is importable, and this TRL no longer has it, so "
-        "every actor worker would fail to build. Train with veRL from an environment without TRL "
-        "(pip uninstall trl; coba-verl's TRL integration belongs in a separate environment)."
     )

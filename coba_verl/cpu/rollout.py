@@ -43,6 +43,8 @@ import torch.nn.functional as F
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from coba_verl.decoding import kv_decode
+
 logger = logging.getLogger(__name__)
 
 
@@ -95,8 +97,6 @@ def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) 
     Row r draws its t-th token by inverse-CDF with ``u[r, t]`` from its own seeded generator, so
     a row's sample does not depend on which other requests share the batch.
     """
-    from transformers.cache_utils import DynamicCache
-
     r = len(requests)
     width = max(len(q.prompt_ids) for q in requests)
     steps = max(q.max_tokens for q in requests)
@@ -113,15 +113,13 @@ def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) 
     top_p = torch.tensor([q.top_p for q in requests], dtype=torch.float32)
     limit = torch.tensor([q.max_tokens for q in requests])
 
-    cache = DynamicCache()
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [0, 0, 1, 1, 1] -> [0, 0, 0, 1, 2]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
-    last_pos = pos[:, -1:]
+    decoder = kv_decode(model, ids, mask)
+    logits = next(decoder)
     done = torch.zeros(r, dtype=torch.bool)
     tokens: list[list[int]] = [[] for _ in range(r)]
     logprobs: list[list[float]] = [[] for _ in range(r)]
     for t in range(steps):
-        logits = out.logits[:, -1, :].float() / scale  # (R, V)
+        logits = logits / scale  # (R, V)
         logp = F.log_softmax(logits, -1)
         probs = filter_logits(logits, top_k, top_p).softmax(-1)
         cdf = probs.cumsum(-1)
@@ -138,16 +136,7 @@ def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) 
                 done[i] = True
         if bool(done.all()):
             break
-        nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype)], dim=1)
-        last_pos = last_pos + 1
-        out = model(
-            input_ids=nxt[:, None],
-            attention_mask=mask,
-            position_ids=last_pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
+        logits = decoder.send(torch.where(done, torch.full_like(nxt, pad_id), nxt))
     return [
         TokenOutput(
             token_ids=tokens[i],

@@ -29,7 +29,7 @@ DAPO_EVAL_SOURCES: frozenset[str] = frozenset({"amc23", "math500_dapo", "minerva
 
 #: data_source names of coba-verl's own tasks -> the module whose ``compute_score`` scores them.
 #: Their responses are the bare answer (no ``Answer:`` line or ``\\boxed{}``).
-OWN_TASKS: dict[str, str] = {"coba_arithmetic": "coba_verl.cpu.tiny"}
+OWN_TASKS: dict[str, str] = {"coba_arithmetic": "coba_verl.arithmetic.tiny"}
 
 
 def compute_score(

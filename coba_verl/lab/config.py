@@ -8,7 +8,7 @@ from typing import Any
 
 from coba_verl.core.config import STRATEGIES, CobaConfig
 from coba_verl.core.solvers import check_budget
-from coba_verl.lab.task import parse_levels
+from coba_verl.arithmetic.task import parse_levels
 
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
@@ -66,7 +66,7 @@ class LabConfig:
             (``strategy`` or ``strategy@scale``; scale multiplies the rollouts per step).
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
         levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.
-            ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.lab.task`).
+            ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.arithmetic.task`).
         warm_levels: Levels the supervised warm start trains on (a subset of ``levels``); a level
             left out starts near pass rate 0, a level in it near the warm-start target.
         n_train: Training prompts (stable ids 0..n_train-1, the allocator's keys).
@@ -88,7 +88,7 @@ class LabConfig:
         clip_ratio_low: PPO clip epsilon below 1 (paper 0.2).
         clip_ratio_high: PPO clip epsilon above 1 (paper 0.28, "clip-higher").
         grad_clip: Gradient-norm clip (veRL's actor default 1.0).
-        warm_steps: Most supervised warm-start steps (see `coba_verl.lab.warmstart`).
+        warm_steps: Most supervised warm-start steps (see `coba_verl.arithmetic.warmstart`).
         warm_target: The warm start stops once its probe accuracy (temperature 1, warm-start
             levels) reaches this; 0 = always run ``warm_steps`` steps.
         warm_batch_size: Problems per warm-start step.
@@ -202,7 +202,7 @@ class LabConfig:
 
     @property
     def level_table(self) -> tuple:
-        """``levels`` as `coba_verl.lab.task.Level` objects, in order."""
+        """``levels`` as `coba_verl.arithmetic.task.Level` objects, in order."""
         return parse_levels(self.levels)
 
     @property

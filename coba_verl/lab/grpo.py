@@ -26,7 +26,7 @@ from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 from verl.workers.config.actor import PolicyLossConfig
 
-from coba_verl.lab.model import response_logprobs
+from coba_verl.arithmetic.model import response_logprobs
 
 __all__ = ["RolloutBatch", "make_actor_config", "outcome_rewards", "zero_gradient_groups", "grpo_update"]
 

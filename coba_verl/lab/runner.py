@@ -37,10 +37,10 @@ from transformers import Qwen2ForCausalLM
 from coba_verl.core import BudgetAllocator
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
-from coba_verl.lab.model import ModelSpec, build_model, sample
-from coba_verl.lab.task import Level, Split, make_splits, score_batch
-from coba_verl.lab.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
-from coba_verl.lab.warmstart import warm_start
+from coba_verl.arithmetic.model import ModelSpec, build_model, sample
+from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
+from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
+from coba_verl.arithmetic.warmstart import warm_start
 
 __all__ = [
     "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
@@ -118,7 +118,7 @@ def prompt_order(n_train: int, m: int, steps: int, seed: int) -> np.ndarray:
 
 def _source_digest() -> str:
     """Hash of the code that determines the warm-start weights, so edits invalidate the cache."""
-    from coba_verl.lab import model, task, tokenizer, warmstart
+    from coba_verl.arithmetic import model, task, tokenizer, warmstart
 
     h = hashlib.sha256()
     for mod in (model, task, tokenizer, warmstart):

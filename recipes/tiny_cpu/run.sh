@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # veRL's real trainer on CPU with a tiny model (docs: README, "The tiny CPU recipe").
 #
-#   python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu
+#   python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
 #   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps
 #   STRATEGY=uniform bash recipes/tiny_cpu/run.sh         # GRPO with everything else equal
 #   bash recipes/tiny_cpu/run.sh trainer.total_training_steps=6

@@ -64,7 +64,7 @@ DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=r
 def tiny(tmp_path_factory) -> Path:
     """The tiny recipe's data and model on its two easy levels, whose short warm start (about a
     minute) leaves pass rates spread between 0 and 1: groups with and without a reward spread."""
-    from coba_verl.cpu.tiny import prepare
+    from coba_verl.arithmetic.tiny import prepare
 
     return prepare(
         tmp_path_factory.mktemp("tiny"), n_train=32, n_test=16, warm_target=0.25, warm_max_steps=600,

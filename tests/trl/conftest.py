@@ -29,8 +29,8 @@ from datasets import Dataset  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from coba_verl.lab.model import ModelSpec  # noqa: E402
-from coba_verl.trl.arithmetic import build_hf_tokenizer, build_tiny_qwen2  # noqa: E402
+from coba_verl.arithmetic.model import ModelSpec, build_model_for  # noqa: E402
+from coba_verl.arithmetic.tokenizer import transformers_tokenizer  # noqa: E402
 
 TINY = ModelSpec(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 PROMPTS = ["1+1=", "9*9=", "2+3=", "7-4="]
@@ -64,7 +64,7 @@ def toy() -> SimpleNamespace:
 
 @pytest.fixture(scope="session")
 def tokenizer() -> PreTrainedTokenizerFast:
-    return build_hf_tokenizer()
+    return transformers_tokenizer()
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def make_trainer(tokenizer, grpo_config) -> Callable[..., GRPOTrainer]:
         **kwargs: Any,
     ) -> GRPOTrainer:
         return cls(
-            model=build_tiny_qwen2(tokenizer, TINY, seed=0),
+            model=build_model_for(tokenizer, TINY, seed=0),
             reward_funcs=reward_funcs,
             args=config if config is not None else grpo_config(),
             train_dataset=four_prompts() if dataset is None else dataset,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coba_verl.lab.task import make_splits
+from coba_verl.arithmetic.task import make_splits
 from coba_verl.trl import CobaGRPOTrainer
 from coba_verl.trl.arithmetic import arithmetic_dataset
 

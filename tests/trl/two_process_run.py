@@ -26,9 +26,10 @@ import numpy as np
 from conftest import PROMPTS, TINY, G, four_prompts, mixed_reward
 from trl import GRPOConfig
 
+from coba_verl.arithmetic.model import build_model_for
+from coba_verl.arithmetic.tokenizer import transformers_tokenizer
 from coba_verl.core import CobaConfig
 from coba_verl.trl import CobaGRPOTrainer
-from coba_verl.trl.arithmetic import build_hf_tokenizer, build_tiny_qwen2
 
 FAILING_ROUND = 4  # rank 0's allocator raises in this round
 FAILURE = "injected allocator failure"
@@ -49,7 +50,7 @@ def as_dict(ids: np.ndarray, budgets: np.ndarray) -> dict[int, int]:
 
 
 def main(out_dir: Path) -> None:
-    tokenizer = build_hf_tokenizer()
+    tokenizer = transformers_tokenizer()
     config = GRPOConfig(
         output_dir=str(out_dir / "trainer"),
         use_cpu=True,
@@ -66,7 +67,7 @@ def main(out_dir: Path) -> None:
         disable_tqdm=True,
     )
     trainer = CobaGRPOTrainer(
-        model=build_tiny_qwen2(tokenizer, TINY, seed=0),
+        model=build_model_for(tokenizer, TINY, seed=0),
         reward_funcs=mixed_reward,
         args=config,
         train_dataset=four_prompts(),

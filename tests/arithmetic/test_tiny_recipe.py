@@ -1,15 +1,15 @@
-"""The tiny recipe's tokenizer and reward: what veRL's Qwen path and the lab's warm start need."""
+"""The tiny veRL recipe's tokenizer, reward and prepare step: what veRL's Qwen path needs."""
 
 from __future__ import annotations
 
 import pytest
 
-from coba_verl.cpu.tiny import build_tokenizer, compute_score
-from coba_verl.lab.tokenizer import BOS, encode_prompts
+from coba_verl.arithmetic.tiny import compute_score
+from coba_verl.arithmetic.tokenizer import BOS, chat_tokenizer, encode_prompts
 
 
 def test_chat_template_renders_a_prompt_as_the_lab_encodes_it():
-    tok = build_tokenizer()
+    tok = chat_tokenizer()
     ids = tok.apply_chat_template([{"role": "user", "content": "473*58="}], add_generation_prompt=True)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # transformers 5 returns an encoding
     lab_ids, _ = encode_prompts(tok.backend_tokenizer, ["473*58="])
@@ -18,7 +18,7 @@ def test_chat_template_renders_a_prompt_as_the_lab_encodes_it():
 
 
 def test_tokens_verl_qwen_builder_needs_are_single_tokens():
-    tok = build_tokenizer()
+    tok = chat_tokenizer()
     assert len(tok.encode("\n", add_special_tokens=False)) == 1
     assert "<|im_end|>" in tok.get_vocab()
     answer = tok.encode("376", add_special_tokens=False) + [tok.eos_token_id]
@@ -32,7 +32,7 @@ def test_reward_is_one_iff_the_response_is_the_answer():
 
 
 def test_tiny_recipe_data_pass_the_data_check(tmp_path):
-    from coba_verl.cpu.tiny import write_data
+    from coba_verl.arithmetic.tiny import write_data
     from coba_verl.data import check_files
 
     out = write_data(tmp_path, n_train=24, n_test=8)
@@ -40,8 +40,8 @@ def test_tiny_recipe_data_pass_the_data_check(tmp_path):
 
 
 def test_prepare_reuses_an_output_made_with_the_same_arguments(tmp_path, monkeypatch):
-    import coba_verl.lab.warmstart as warmstart
-    from coba_verl.cpu import tiny
+    import coba_verl.arithmetic.warmstart as warmstart
+    from coba_verl.arithmetic import tiny
 
     calls = []
 
@@ -61,7 +61,7 @@ def test_prepare_reuses_an_output_made_with_the_same_arguments(tmp_path, monkeyp
 
 
 def test_prepare_help_offers_the_long_warm_start(capsys):
-    from coba_verl.cpu.tiny import main
+    from coba_verl.arithmetic.tiny import main
 
     with pytest.raises(SystemExit):
         main(["--help"])

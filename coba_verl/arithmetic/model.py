@@ -1,4 +1,4 @@
-"""A tiny Qwen2 causal LM built from a config, with batched KV-cache sampling and log-probs.
+"""A tiny Qwen2 causal LM built from a config, with batched sampling (`coba_verl.decoding`) and log-probs.
 
 Shapes used below:
 
@@ -9,13 +9,15 @@ Shapes used below:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import Qwen2Config, Qwen2ForCausalLM
-from transformers.cache_utils import DynamicCache
 
-__all__ = ["ModelSpec", "build_model", "sample", "response_logprobs"]
+from coba_verl.decoding import kv_decode, positions
+
+__all__ = ["ModelSpec", "build_model", "build_model_for", "sample", "response_logprobs"]
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,16 @@ def build_model(
     return Qwen2ForCausalLM(cfg)
 
 
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    # left padding: [0, 0, 1, 1, 1] -> [0, 0, 0, 1, 2]
-    return (mask.cumsum(-1) - 1).clamp(min=0)
+def build_model_for(tokenizer: Any, spec: ModelSpec, *, seed: int) -> Qwen2ForCausalLM:
+    """`build_model` for a transformers tokenizer: its length and its pad, bos and eos ids."""
+    return build_model(
+        spec,
+        len(tokenizer),
+        pad_id=tokenizer.pad_token_id,
+        bos_id=tokenizer.bos_token_id,
+        eos_id=tokenizer.eos_token_id,
+        seed=seed,
+    )
 
 
 @torch.no_grad()
@@ -82,18 +91,12 @@ def sample(
         response_mask: (R, T) int64, 1 up to and including ``<eos>``.
     """
     r, device = input_ids.shape[0], input_ids.device
-    cache = DynamicCache()
-    mask = attention_mask
-    pos = _positions(mask)
-    out = model(
-        input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
-    )
-    last_pos = pos[:, -1:]
+    steps = kv_decode(model, input_ids, attention_mask)
+    logits = next(steps)
     done = torch.zeros(r, dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     alive: list[torch.Tensor] = []
     for t in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()
         if temperature > 0:
             probs = F.softmax(logits / temperature, dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -105,15 +108,7 @@ def sample(
         done = done | (nxt == eos_id)
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, torch.ones((r, 1), dtype=mask.dtype, device=device)], dim=1)
-        last_pos = last_pos + 1
-        out = model(
-            input_ids=nxt[:, None],
-            attention_mask=mask,
-            position_ids=last_pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
+        logits = steps.send(nxt)
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
 
 
@@ -131,7 +126,7 @@ def response_logprobs(
     """
     ids = torch.cat([prompt_ids, response_ids], 1)  # (R, P+T)
     mask = torch.cat([prompt_mask, response_mask], 1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False).logits
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False).logits
     p = prompt_ids.shape[1]
     logits = logits[:, p - 1 : -1, :].float()  # (R, T, V)
     return torch.gather(F.log_softmax(logits, -1), 2, response_ids[:, :, None]).squeeze(-1)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from coba_verl.lab.model import ModelSpec, build_model, response_logprobs, sample
-from coba_verl.lab.tokenizer import ALPHABET, BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
+from coba_verl.arithmetic.model import ModelSpec, build_model, response_logprobs, sample
+from coba_verl.arithmetic.tokenizer import (
+    ALPHABET,
+    BOS,
+    EOS,
+    PAD,
+    build_tokenizer,
+    decode_responses,
+    encode_prompts,
+)
 
 SPEC = ModelSpec(hidden_size=32, num_layers=2, intermediate_size=64)
 

@@ -1,6 +1,6 @@
-"""The tiny CPU recipe's task, model and reward: the lab's arithmetic as a veRL dataset.
+"""The tiny CPU recipe's data, model and reward: the arithmetic task as a veRL dataset.
 
-``python -m coba_verl.cpu.tiny --output-dir ~/data/coba/tiny_cpu`` writes, with nothing
+``python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu`` writes, with nothing
 downloaded::
 
     train.parquet, test.parquet   veRL RL parquet (prompt, reward_model.ground_truth,
@@ -11,15 +11,12 @@ downloaded::
     prepare.json                  the arguments, steps and seconds; a rerun with the same
                                   arguments reuses the output (--force redoes it)
 
-The tokenizer is byte-level BPE without merges (one token per character) plus the special tokens
-``<pad> <bos> <eos> <|endoftext|> <|im_start|> <|im_end|>``. veRL treats a ``qwen2`` model as
-ChatML and needs ``"\\n"`` and ``<|im_end|>`` to be single tokens (its continuous-token builder),
-and transformers loads ``Qwen2Tokenizer`` for such a folder. The chat template renders a prompt
-exactly as the lab encodes it, so the warm start and veRL see the same token ids::
+The tokenizer is `coba_verl.arithmetic.tokenizer.chat_tokenizer` (one token per character, ChatML's
+special tokens, a chat template that renders a prompt as the lab encodes it)::
 
     [{"role": "user", "content": "47*8="}]  ->  "<bos>47*8="  ->  [1, 25, 28, 15, 29, 34]
 
-The reward (`compute_score`, ``reward.custom_reward_function.path=pkg://coba_verl.cpu.tiny``) is
+The reward (`compute_score`, ``reward.custom_reward_function.path=pkg://coba_verl.arithmetic.tiny``) is
 the lab's `verify`: 1.0 iff the decoded response is exactly the answer.
 """
 
@@ -31,46 +28,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_SOURCE", "build_tokenizer", "compute_score", "main", "prepare", "write_data"]
+__all__ = ["DATA_SOURCE", "compute_score", "main", "prepare", "write_data"]
 
 logger = logging.getLogger(__name__)
 
 #: ``data_source`` of every row (validation metrics are grouped by it).
 DATA_SOURCE = "coba_arithmetic"
-SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = "{% for message in messages %}{{ '<bos>' + message['content'] }}{% endfor %}"
-#: Characters the task uses, plus the newline veRL's Qwen token builder looks up.
-ALPHABET = "0123456789+-*=\n"
-
-
-def build_tokenizer() -> Any:
-    """A ``PreTrainedTokenizerFast``: one byte-level token per character, the special tokens, the template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(
-        vocab_size=len(alphabet) + len(SPECIAL_TOKENS),  # no room for merges: one token per byte
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=alphabet,
-        show_progress=False,
-    )
-    backend.train_from_iterator([ALPHABET], trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
 
 
 def compute_score(
     data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **kwargs: Any
 ) -> float:
     """veRL custom reward: 1.0 iff the response is exactly the answer's digits (the lab's `verify`)."""
-    from coba_verl.lab.task import verify
+    from coba_verl.arithmetic.task import verify
 
     return verify(solution_str, str(ground_truth))
 
@@ -99,7 +69,7 @@ def _level_kwargs(levels: Sequence[str] | None) -> dict[str, Any]:
     """``{"levels": (Level, ...)}`` for `make_splits` / `warm_start`, or ``{}`` for their defaults."""
     if levels is None:
         return {}
-    from coba_verl.lab.task import parse_levels
+    from coba_verl.arithmetic.task import parse_levels
 
     return {"levels": parse_levels(dict.fromkeys(levels, 1.0))}
 
@@ -118,7 +88,7 @@ def write_data(
     """
     import pandas as pd
 
-    from coba_verl.lab.task import make_splits
+    from coba_verl.arithmetic.task import make_splits
 
     out = Path(output_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -155,9 +125,10 @@ def prepare(
 
     import torch
 
-    from coba_verl.lab.model import ModelSpec, build_model
-    from coba_verl.lab.task import make_splits
-    from coba_verl.lab.warmstart import warm_start
+    from coba_verl.arithmetic.model import ModelSpec, build_model_for
+    from coba_verl.arithmetic.task import make_splits
+    from coba_verl.arithmetic.tokenizer import chat_tokenizer
+    from coba_verl.arithmetic.warmstart import warm_start
 
     out = Path(output_dir).expanduser()
     arguments = {
@@ -175,16 +146,9 @@ def prepare(
     write_data(out, n_train=n_train, n_test=n_test, seed=seed, levels=levels)
     train, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
 
-    tokenizer = build_tokenizer()
-    backend = tokenizer.backend_tokenizer  # what the lab's warm start encodes with
-    model = build_model(
-        ModelSpec(),
-        len(tokenizer),
-        pad_id=tokenizer.pad_token_id,
-        bos_id=tokenizer.bos_token_id,
-        eos_id=tokenizer.eos_token_id,
-        seed=seed,
-    )
+    tokenizer = chat_tokenizer()
+    backend = tokenizer.backend_tokenizer  # what the warm start encodes with
+    model = build_model_for(tokenizer, ModelSpec(), seed=seed)
     torch.manual_seed(seed)
     result = warm_start(
         model,
@@ -214,9 +178,9 @@ def prepare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m coba_verl.cpu.tiny --output-dir DIR``: write the tiny recipe's data and model."""
+    """``python -m coba_verl.arithmetic.tiny --output-dir DIR``: write the tiny recipe's data and model."""
     parser = argparse.ArgumentParser(
-        prog="python -m coba_verl.cpu.tiny",
+        prog="python -m coba_verl.arithmetic.tiny",
         description="Write the tiny CPU recipe's parquet files and warm-started model "
         "(nothing is downloaded). A rerun with the same arguments reuses the output.",
     )

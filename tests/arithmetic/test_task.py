@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coba_verl.lab.task import LEVELS, make_splits, sample_problems, score_batch, verify
+from coba_verl.arithmetic.task import LEVELS, make_splits, sample_problems, score_batch, verify
 
 
 def _evaluate(prompt: str) -> int:

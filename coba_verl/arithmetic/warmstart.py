@@ -29,9 +29,9 @@ import torch
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from coba_verl.lab.model import response_logprobs, sample
-from coba_verl.lab.task import LEVELS, Level, sample_problems, score_batch
-from coba_verl.lab.tokenizer import EOS, PAD, decode_responses, encode_prompts
+from coba_verl.arithmetic.model import response_logprobs, sample
+from coba_verl.arithmetic.task import LEVELS, Level, sample_problems, score_batch
+from coba_verl.arithmetic.tokenizer import EOS, PAD, decode_responses, encode_prompts
 
 __all__ = ["WARM_LEVELS", "WarmStartResult", "encode_answers", "warm_start"]
 

@@ -1,0 +1,15 @@
+"""The package's toy task: generated arithmetic a tiny Qwen2 really learns, in one home.
+
+Used by the CPU lab (`coba_verl.lab`), the tiny veRL recipe (`tiny`, ``recipes/tiny_cpu``) and
+the TRL example (``examples/trl_grpo_coba.py``, through `coba_verl.trl.arithmetic`):
+
+`task`        problems by level, exact-answer scoring, the training / held-out splits
+`tokenizer`   one token per character: the character vocabulary (lab, TRL) and its ChatML
+              form for veRL
+`model`       the tiny Qwen2 (`ModelSpec`), batched sampling, response log-probs
+`warmstart`   the supervised fit that brings a random model to a probe accuracy
+`tiny`        the tiny veRL recipe's parquet files, warm-started model and reward
+              (``python -m coba_verl.arithmetic.tiny``)
+
+Needs torch, transformers and tokenizers (and pandas for `tiny`); not veRL.
+"""
