@@ -21,7 +21,8 @@ import logging
 import sys
 from pathlib import Path
 
-from coba_verl.data.prepare import SplitReport, check_files, prepare_split, train_test_overlap
+from coba_verl.data.checks import check_files, train_test_overlap
+from coba_verl.data.prepare import SplitReport, prepare_split
 from coba_verl.data.sources import GROUPS, SOURCES, SourceSpec, resolve
 
 __all__ = ["main", "build_parser"]

@@ -9,7 +9,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from coba_verl.data import prepare as prepare_module
+from coba_verl.data import loading as loading_module
 from coba_verl.data.cli import main
 
 
@@ -134,7 +134,7 @@ def test_check_of_a_datasets_own_train_and_test_output_passes(fixtures_dir, tmp_
 def test_group_hub_failure_prints_the_local_path_form_the_group_accepts(
     monkeypatch, fixtures_dir, tmp_path, capsys
 ) -> None:
-    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: "https://hf.example is unreachable (test)")
+    monkeypatch.setattr(loading_module, "hub_unreachable", lambda: "https://hf.example is unreachable (test)")
     assert main(["paper", "--output-dir", str(tmp_path), "-q"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("coba-verl data: error: Could not load hf://BytedTsinghua-SIA/DAPO-Math-17k")

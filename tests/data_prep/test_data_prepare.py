@@ -14,9 +14,10 @@ from omegaconf import OmegaConf
 from verl.utils.reward_score import default_compute_score
 
 from coba_verl.data import SCHEMA, SOURCES, check_files, prepare_split
-from coba_verl.data import prepare as prepare_module
+from coba_verl.data import loading as loading_module
+from coba_verl.data.checks import STYLE_OF_SOURCE, train_test_overlap
 from coba_verl.data.formats import DAPO_PREFIX, gold_response
-from coba_verl.data.prepare import hub_unreachable, train_test_overlap
+from coba_verl.data.loading import hub_unreachable
 from coba_verl.data.reward import DAPO_EVAL_SOURCES, compute_score, score_value
 
 
@@ -178,7 +179,7 @@ def test_hub_path_is_datasets_load_dataset_with_the_spec_ids(monkeypatch, local_
         return fixture
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(loading_module, "hub_unreachable", lambda: None)
     report = prepare_split(SOURCES["gsm8k"], "train", tmp_path)
     assert calls == [("openai/gsm8k", "main", "train")]
     assert report.origin == "hf://openai/gsm8k (main) split=train" and report.rows_written == 5
@@ -191,7 +192,7 @@ def test_hub_failure_tells_how_to_work_offline(monkeypatch, tmp_path) -> None:
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(loading_module, "hub_unreachable", lambda: None)
     with pytest.raises(RuntimeError, match="--local-path train=FILE"):
         prepare_split(SOURCES["dapo_math"], "train", tmp_path)
 
@@ -202,7 +203,7 @@ def test_unreachable_hub_is_reported_at_once_without_retries(monkeypatch, tmp_pa
 
     monkeypatch.setattr(datasets, "load_dataset", never)
     down = "https://hf.example is unreachable (no DNS)"
-    monkeypatch.setattr(prepare_module, "hub_unreachable", lambda: down)
+    monkeypatch.setattr(loading_module, "hub_unreachable", lambda: down)
     with pytest.raises(RuntimeError) as err:
         prepare_split(SOURCES["gsm8k"], "train", tmp_path)
     assert str(err.value) == (
@@ -232,15 +233,15 @@ def test_hub_probe_is_one_quick_request_and_any_http_answer_counts(monkeypatch, 
         if answer is not None:
             raise answer
 
-    monkeypatch.setattr(prepare_module.urllib.request, "urlopen", urlopen)
-    monkeypatch.setattr(prepare_module, "_hub_probes", {})
+    monkeypatch.setattr(loading_module.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(loading_module, "_hub_probes", {})
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     for _ in range(2):
         reason = hub_unreachable()
         assert reason is None if expected is None else expected in reason
-    assert calls == [("HEAD", prepare_module.HUB_PROBE_TIMEOUT_S)]  # once per process
+    assert calls == [("HEAD", loading_module.HUB_PROBE_TIMEOUT_S)]  # once per process
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # the cache only: no probe
-    monkeypatch.setattr(prepare_module, "_hub_probes", {})
+    monkeypatch.setattr(loading_module, "_hub_probes", {})
     assert hub_unreachable() is None and len(calls) == 1
 
 
@@ -319,3 +320,13 @@ def test_check_flags_index_collisions_across_training_files_and_unroutable_sourc
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(pa.Table.from_pylist([{**rows[2], "prompt": ["What is 2+2?"]}]), foreign)
     assert check_files([foreign]) == [f"{foreign} row 0: prompt is not a non-empty list of chat messages"]
+
+
+def test_check_takes_the_answer_format_from_the_source_not_from_the_prompt_text(prepared, tmp_path) -> None:
+    rows = _rows(prepared[("gsm8k", "train")].path)
+    for row in rows:  # a user's own template: the GSM8K instruction (and its "####") is gone
+        row["prompt"] = [{"role": "user", "content": row["extra_info"]["question"]}]
+    retemplated = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), retemplated)
+    assert check_files([retemplated]) == []  # gold responses in GSM8K's format, as its spec says
+    assert STYLE_OF_SOURCE == {spec.data_source: spec.style for spec in SOURCES.values()}

@@ -37,15 +37,22 @@ DOC_FILES = (
 )
 
 
-def dry_run(task: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> list[str]:
-    """The argv ``recipes/<task>/run.sh`` would exec, from its ``DRY_RUN=1`` listing."""
-    done = subprocess.run(
+def run_dry(
+    task: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``recipes/<task>/run.sh`` with ``DRY_RUN=1``: it prints the command it would exec, or refuses."""
+    return subprocess.run(
         ["bash", str(RECIPES / task / "run.sh"), *args],
         env={**os.environ, **(env or {}), "DRY_RUN": "1"},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def dry_run(task: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> list[str]:
+    """The argv ``recipes/<task>/run.sh`` would exec, from its ``DRY_RUN=1`` listing."""
+    done = run_dry(task, env, args)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -195,13 +202,7 @@ def test_extra_arguments_are_appended_as_overrides() -> None:
 
 
 def test_unknown_setting_is_refused_with_the_choices() -> None:
-    done = subprocess.run(
-        ["bash", str(RECIPES / "gsm8k" / "run.sh")],
-        env={**os.environ, "SETTING": "qwen9", "DRY_RUN": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_dry("gsm8k", {"SETTING": "qwen9"})
     assert done.returncode == 2
     assert "qwen2.5_1.5b_instruct" in done.stderr
 
@@ -331,11 +332,5 @@ def test_trainer_variable_selects_veRLs_trainer_and_dry_run_prints_it(trainer: s
 
 
 def test_unknown_trainer_variable_is_refused_naming_the_choices() -> None:
-    done = subprocess.run(
-        ["bash", str(RECIPES / "dapo_math" / "run.sh")],
-        env={**os.environ, "TRAINER": "async", "DRY_RUN": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_dry("dapo_math", {"TRAINER": "async"})
     assert done.returncode == 2 and "TRAINER=async: choose v1" in done.stderr
