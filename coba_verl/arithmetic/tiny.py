@@ -117,8 +117,8 @@ def prepare(
     ``levels`` restricts data and warm start to the named task levels (``["2+1", "2-1"]``: the
     easy sums and differences, which a short warm start already solves part of the time; the
     end-to-end tests use them for a model with a reward spread in a minute). None: all levels.
-    When ``output_dir`` already holds the output of the same arguments (its ``prepare.json``),
-    nothing is redone unless ``force``.
+    When ``output_dir`` already holds the output of the same arguments (its ``prepare.json``, and
+    the parquet files and model it describes), nothing is redone unless ``force``.
     """
     import json
     import time
@@ -138,7 +138,13 @@ def prepare(
     if levels is not None:
         arguments["levels"] = list(levels)
     manifest = out / MANIFEST
-    if not force and manifest.is_file() and json.loads(manifest.read_text()).get("arguments") == arguments:
+    outputs = [out / "train.parquet", out / "test.parquet", out / "model" / "config.json"]
+    if (
+        not force
+        and manifest.is_file()
+        and json.loads(manifest.read_text()).get("arguments") == arguments
+        and all(path.is_file() for path in outputs)
+    ):
         logger.info("%s already holds this output (%s); reusing it (--force to redo)", out, manifest)
         return out
     manifest.unlink(missing_ok=True)  # a half-written output is never reused

@@ -66,11 +66,14 @@ def check_budget(
     """
     if m <= 0:
         raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
-    total, low, up = check_int("total", total), check_int("low", low), check_int("up", up)
+    total = check_int(total_name, total)
+    low, up = check_int(low_name, low), check_int(up_name, up)
     if low < 1:
-        raise ValueError(f"low={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO).")
+        raise ValueError(
+            f"{low_name}={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO)."
+        )
     if up < low:
-        raise ValueError(f"up={up} is below low={low}.")
+        raise ValueError(f"{up_name}={up} is below {low_name}={low}.")
     if not m * low <= total <= m * up:
         raise ValueError(
             f"{total_name}={total} is infeasible for M={m} prompts with {low_name}={low}, {up_name}={up}: "

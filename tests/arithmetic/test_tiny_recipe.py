@@ -55,9 +55,12 @@ def test_prepare_reuses_an_output_made_with_the_same_arguments(tmp_path, monkeyp
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / tiny.MANIFEST).is_file()
     tiny.prepare(tmp_path, n_train=8, n_test=4)
     assert len(calls) == 1  # reused
+    (tmp_path / "test.parquet").unlink()  # a manifest whose files are gone is not reused
+    tiny.prepare(tmp_path, n_train=8, n_test=4)
+    assert len(calls) == 2 and (tmp_path / "test.parquet").is_file()
     tiny.prepare(tmp_path, n_train=8, n_test=4, **tiny.LONG_WARM)
     tiny.prepare(tmp_path, n_train=8, n_test=4, **tiny.LONG_WARM, force=True)
-    assert [c["max_steps"] for c in calls[1:]] == [tiny.LONG_WARM["warm_max_steps"]] * 2
+    assert [c["max_steps"] for c in calls[2:]] == [tiny.LONG_WARM["warm_max_steps"]] * 2
 
 
 def test_prepare_help_offers_the_long_warm_start(capsys):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains
-from coba_verl.core.solvers import objective, solve, solve_dp, solve_heap, solve_threshold
+from coba_verl.core.solvers import check_budget, objective, solve, solve_dp, solve_heap, solve_threshold
 from coba_verl.core.values import CobaValue, KnapsackValue
 
 SOLVERS = [solve_heap, solve_threshold, solve_dp]
@@ -192,3 +192,13 @@ def test_threshold_table_and_search_paths_match_heap_for_coba(m):
     rng = np.random.default_rng(m)
     gains = CobaValue(6.0, 5.0).gains(rng.integers(0, 9, size=m) / 8.0)
     np.testing.assert_array_equal(solve_threshold(gains, m * 8, 2, 128), solve_heap(gains, m * 8, 2, 128))
+
+
+def test_budget_errors_name_the_values_as_the_caller_set_them():
+    names = dict(total_name="total_budget", low_name="min_rollouts", up_name="max_rollouts")
+    with pytest.raises(ValueError, match=r"^max_rollouts=2 is below min_rollouts=3\.$"):
+        check_budget(3, 6, 3, 2, **names)
+    with pytest.raises(ValueError, match=r"^min_rollouts=0 is invalid"):
+        check_budget(3, 6, 0, 8, **names)
+    with pytest.raises(ValueError, match=r"^total_budget=6\.5 .*must be an integer"):
+        check_budget(3, 6.5, 2, 8, **names)
