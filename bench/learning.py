@@ -3,6 +3,8 @@
     python bench/learning.py --scenario paper --publish docs/lab
     python bench/learning.py --scenario hard --publish docs/lab
     python bench/learning.py --scenario paper --seeds 0,1 --runs uniform,coba   # a quick look
+    python bench/learning.py --scenario paper --runs uniform,coba,coba:equal \
+        --publish docs/lab --name group_weight_paper          # a study of its own, beside paper.md
 
 Every run of a seed starts from the same warm start, sees the same prompts in the same order and
 is evaluated with the same random numbers; runs differ only in how the step's rollouts are spread
@@ -12,8 +14,10 @@ final accuracy, zero-variance shares), the regime table (F̄, α_t, pass-rate hi
 and peak RSS.
 
 This is a benchmark, not a test: it takes tens of minutes on 2 cores and reports whatever it
-measures. ``--publish DIR`` writes ``DIR/<scenario>.md`` (command, commit, tables, cost) and
-copies the plots to ``DIR/<scenario>/``.
+measures. ``--publish DIR`` writes ``DIR/<name>.md`` (command, commit, tables, cost) and copies
+the plots to ``DIR/<name>/``; ``--name`` defaults to the scenario, so a study that is not the
+scenario's benchmark must pass its own name to leave the published ``<scenario>.md`` alone. A
+run label ``strategy:equal`` sets ``coba.group_weight`` for that run (`coba_verl.lab.config`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--publish", type=Path, default=None, help="write <scenario>.md and plots into this folder"
     )
+    p.add_argument(
+        "--name", default=None, help="file name (no .md) of the published table [default: the scenario]"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -97,17 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     body = outcome.table.replace(LEGEND, "").rstrip()
     sys.stdout.write(f"{body}\n\n{footer}; run folder {outcome.folder}\n")
     if args.publish is not None:
-        dest = args.publish / args.scenario
+        stem = args.name or args.scenario
+        dest = args.publish / stem
         dest.mkdir(parents=True, exist_ok=True)
         for name in PLOT_FILES:
             src = outcome.folder / "plots" / name
             if src.exists():
                 shutil.copyfile(src, dest / name)
-        (args.publish / f"{args.scenario}.md").write_text(
-            f"# Lab benchmark, scenario `{args.scenario}`\n\n"
+        title = (
+            f"Lab benchmark, scenario `{args.scenario}`"
+            if stem == args.scenario
+            else f"Lab study `{stem}`, scenario `{args.scenario}`"
+        )
+        (args.publish / f"{stem}.md").write_text(
+            f"# {title}\n\n"
             f"Command: `{command.strip()}` (commit {_commit()})\n\n{footer}\n\n{body}\n\n"
             f"Columns:\n\n```\n{LEGEND}\n```\n\n"
-            + "".join(f"![{n}]({args.scenario}/{n})\n\n" for n in PLOT_FILES if (dest / n).exists())
+            + "".join(f"![{n}]({stem}/{n})\n\n" for n in PLOT_FILES if (dest / n).exists())
         )
     return 0 if outcome.status == "finished" else 130
 

@@ -14,6 +14,8 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from coba_verl.core.group_weight import check_group_weight
+
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
 SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
 
@@ -120,9 +122,21 @@ class CobaConfig:
         static_alpha: alpha of the ``static`` strategy's fixed Beta [ablation; default: the
             explore end of the schedule, Beta(2, kappa - 2) at kappa = 11].
         static_beta: beta of the ``static`` strategy's fixed Beta.
+        group_weight: How much each prompt group weighs in the step's policy loss (read by every
+            strategy; it changes the update, not the budgets). ``tokens``: every rollout keeps
+            its advantage, so a group weighs in proportion to its size B_i (and, under a
+            token-averaged loss, its response lengths) [paper, release: the GRPO update is
+            unchanged]. ``equal``: each rollout's advantage is multiplied by (R / G) / B_g (R
+            rollouts and G groups in the batch, B_g its group's size), so every group carries the
+            same total weight whatever its B_i; the factor is exactly 1 when every group has the
+            same size (uniform with total divisible by M). Exact for veRL's
+            ``loss_agg_mode=seq-mean-token-mean``; under ``token-mean`` (veRL's and the lab's
+            default) a group then weighs in proportion to its mean response length, as under
+            uniform GRPO (docs/algorithm.md, "Group weight"). See
+            `coba_verl.core.group_weight.rollout_weights`.
 
     Raises:
-        ValueError: an unknown strategy or solver; a knob outside its range (the message names
+        ValueError: an unknown strategy, solver or group_weight; a knob outside its range (the message names
             it, its value and the rule).
         TypeError: a knob of the wrong type, e.g. ``min_rollouts="2"`` (the message shows its repr
             and type).
@@ -141,6 +155,7 @@ class CobaConfig:
     p_clip_high: float = 0.99
     static_alpha: float = 2.0
     static_beta: float = 9.0
+    group_weight: str = "tokens"
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -186,6 +201,7 @@ class CobaConfig:
                 f"{name('p_clip_low')}={self.p_clip_low}, {name('p_clip_high')}={self.p_clip_high} "
                 "must satisfy 0 < low < high < 1."
             )
+        self.group_weight = check_group_weight(self.group_weight, name("group_weight"))
         self.static_alpha, self.static_beta = check_shape(
             self.static_alpha, self.static_beta, (name("static_alpha"), name("static_beta"))
         )

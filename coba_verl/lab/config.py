@@ -6,43 +6,61 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from coba_verl.core.config import STRATEGIES, CobaConfig
-from coba_verl.core.solvers import check_budget
 from coba_verl.arithmetic.task import parse_levels
+from coba_verl.core.config import STRATEGIES, CobaConfig
+from coba_verl.core.group_weight import GROUP_WEIGHTS
+from coba_verl.core.solvers import check_budget
 
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: a strategy at a budget scale (``coba@0.5`` = half the rollouts per step)."""
+    """One training run: a strategy, optionally a group weight, at a budget scale.
+
+    ``coba@0.5`` = half the rollouts per step; ``coba:equal`` = ``coba.group_weight=equal`` for
+    this run only (``None`` keeps the value of `LabConfig.coba`, default ``tokens``).
+    """
 
     strategy: str
     budget_scale: float = 1.0
+    group_weight: str | None = None
 
     @property
     def label(self) -> str:
-        return self.strategy if self.budget_scale == 1.0 else f"{self.strategy}@{self.budget_scale:g}"
+        name = self.strategy if self.group_weight is None else f"{self.strategy}:{self.group_weight}"
+        return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
 def parse_run_label(label: str) -> RunSpec:
-    """``"coba"`` -> RunSpec("coba", 1.0); ``"coba@0.5"`` -> RunSpec("coba", 0.5).
+    """``STRATEGY[:GROUP_WEIGHT][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0); ``"coba@0.5"`` ->
+    RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal").
 
-    The strategy and the scale are checked apart, so the message names the part that is wrong.
+    The strategy, the group weight and the scale are checked apart, so the message names the part
+    that is wrong.
 
     Raises:
-        ValueError: naming the strategy when it is unknown, or the scale when it is not a number
-            in (0, 1].
+        ValueError: naming the strategy or the group weight when it is unknown, or the scale when
+            it is not a number in (0, 1].
     """
-    strategy, at, raw = (x.strip() for x in label.strip().partition("@"))
+    head, at, raw = (x.strip() for x in label.strip().partition("@"))
+    strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
-        where = f" (in {label!r})" if at else ""
+        where = f" (in {label!r})" if at or colon else ""
         raise ValueError(
             f"strategy {strategy!r}{where} is unknown; use one of {', '.join(STRATEGIES)}, "
-            "optionally with a budget scale such as 'coba@0.5'."
+            "optionally with a group weight and a budget scale such as 'coba:equal@0.5'."
         )
+    group_weight = None
+    if colon:
+        if weight not in GROUP_WEIGHTS:
+            raise ValueError(
+                f"group weight {weight!r} in {label!r} is unknown; use one of {', '.join(GROUP_WEIGHTS)}, "
+                f"e.g. '{strategy}:equal'."
+            )
+        group_weight = weight
     if not at:
-        return RunSpec(strategy)
+        return RunSpec(strategy, group_weight=group_weight)
     try:
         scale = float(raw)
     except ValueError:
@@ -52,7 +70,7 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale)
+    return RunSpec(strategy, scale, group_weight)
 
 
 @dataclass
@@ -62,8 +80,10 @@ class LabConfig:
 
     Args:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
-        runs: Strategy labels to train, each from the same warm start and prompt order
-            (``strategy`` or ``strategy@scale``; scale multiplies the rollouts per step).
+        runs: Run labels to train, each from the same warm start and prompt order:
+            ``strategy[:group_weight][@scale]``; scale multiplies the rollouts per step, and
+            ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run only (e.g.
+            ``coba:equal``; see `CobaConfig`).
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
         levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.
             ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.arithmetic.task`).
@@ -96,7 +116,8 @@ class LabConfig:
         hidden_size: Width of the Qwen2 model.
         num_layers: Decoder layers.
         intermediate_size: SwiGLU width.
-        coba: Allocator knobs (`CobaConfig` fields except ``strategy``, which each run sets).
+        coba: Allocator knobs (`CobaConfig` fields except ``strategy``, which each run sets), e.g.
+            ``{"group_weight": "equal"}`` for every run whose label does not set its own.
         device: torch device the model trains and samples on (``cpu``, ``cuda``, ``cuda:1``); the
             task, allocator and statistics stay on the CPU.
         threads: torch intra-op threads (1 is fastest and steadiest for this model size on a
@@ -218,9 +239,11 @@ class LabConfig:
         """Rollouts per step of a run: round(M * n * scale)."""
         return int(round(self.prompts_per_step * self.rollouts_per_prompt * spec.budget_scale))
 
-    def coba_config(self, strategy: str) -> CobaConfig:
-        """The allocator config of one run: ``coba`` overrides plus its strategy."""
-        return CobaConfig.from_mapping({**self.coba, "strategy": strategy})
+    def coba_config(self, strategy: str, group_weight: str | None = None) -> CobaConfig:
+        """The allocator config of one run: ``coba`` overrides plus its strategy (and its group
+        weight, when its label sets one)."""
+        own = {} if group_weight is None else {"group_weight": group_weight}
+        return CobaConfig.from_mapping({**self.coba, **own, "strategy": strategy})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

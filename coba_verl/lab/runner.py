@@ -8,7 +8,8 @@ Per GRPO step of a run (spec §7, as the veRL trainer does it)::
     y       = sample(model, prompts[ids[rows]])    # (R,) completions at temperature 1, KV cache
     scores  = verify(y)                            # (R,) in {0, 1}
     allocator.observe(ids[rows], scores); allocator.end_step()
-    grpo_update(advantages grouped by rows)        # veRL's estimator and clipped loss
+    grpo_update(advantages grouped by rows)        # veRL's estimator and clipped loss, advantages
+                                                   # x rollout_weights(rows, coba.group_weight)
 
 Every run of a seed starts from the same warm-start weights, sees the same prompts in the same
 order and is evaluated with the same random numbers, so differences between runs come from the
@@ -34,13 +35,13 @@ import transformers
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from coba_verl.core import BudgetAllocator
-from coba_verl.lab.config import LabConfig, RunSpec
-from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
 from coba_verl.arithmetic.model import ModelSpec, build_model, sample
 from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
+from coba_verl.core import BudgetAllocator
+from coba_verl.lab.config import LabConfig, RunSpec
+from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
 
 __all__ = [
     "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
@@ -311,7 +312,8 @@ def train_run(
     model.load_state_dict(ctx.warm_state)
     model.to(cfg.device).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    allocator = BudgetAllocator(cfg.coba_config(spec.strategy), num_prompts=len(ctx.train))
+    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight)
+    allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
     total = cfg.budget(spec)
     actor = make_actor_config(
         rollout_n=cfg.rollouts_per_prompt,
@@ -323,7 +325,13 @@ def train_run(
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
-    base = {"run": spec.label, "strategy": spec.strategy, "budget_scale": spec.budget_scale, "seed": ctx.seed}
+    base = {
+        "run": spec.label,
+        "strategy": spec.strategy,
+        "budget_scale": spec.budget_scale,
+        "group_weight": coba_cfg.group_weight,
+        "seed": ctx.seed,
+    }
     rollouts = 0
     fails: list[float] = []  # F_t of every step so far
     row: dict[str, Any] = {}
@@ -356,6 +364,7 @@ def train_run(
             RolloutBatch(p_ids, p_mask, resp, rmask, scores, rows),
             actor,
             grad_clip=cfg.grad_clip,
+            group_weight=coba_cfg.group_weight,
         )
         t_update = time.perf_counter() - t2
         rollouts += int(budgets.sum())

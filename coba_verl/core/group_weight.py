@@ -1,0 +1,73 @@
+"""How much each prompt group weighs in the step's policy loss (``coba.group_weight``).
+
+Under a token- or rollout-averaged loss (veRL's ``loss_agg_mode=token-mean``, TRL's default loss,
+the lab's ``agg_loss``) every rollout of a step weighs alike, so a prompt group's share of the
+gradient grows with its size B_g. Under uniform GRPO every group has n rollouts and that is
+harmless; under CoBA-RL a prompt at B_up = 128 weighs 64 times one at B_low = 2. The paper
+changes nothing in GRPO's update (spec ``shared/spec/COBA_RL.md`` §1, §7) and the authors' release
+trains with token-mean, so both keep that weighting (``tokens``); ``equal`` removes it. Neither
+the spec nor a peer defines ``equal``: it is this package's option (docs/algorithm.md, "Group weight").
+
+Every framework applies the same rule the same way: it multiplies each rollout's advantage by
+`rollout_weights` before the policy loss, so the three cannot disagree about what a value means.
+
+Notation: R rollouts in the step's batch, G prompt groups among them, B_g rollouts in group g.
+
+    index:    (R,) group key of each rollout (any hashable-as-numpy values; rows of a group need
+              not be contiguous)
+    weights:  (R,) float64, one factor per rollout
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["GROUP_WEIGHTS", "check_group_weight", "rollout_weights"]
+
+#: Values of ``coba.group_weight``.
+#:
+#: ``tokens``: every rollout keeps its advantage (factor 1), so a group weighs in proportion to
+#: its size B_g (and, under a token-averaged loss, its response lengths): today's behaviour, the
+#: paper's and the release's.
+#: ``equal``: each rollout's advantage is multiplied by (R / G) / B_g, so every group's rollouts
+#: sum to the same weight R / G whatever B_g; the factor is exactly 1 when all groups have the
+#: same size (uniform GRPO with total divisible by M).
+GROUP_WEIGHTS: tuple[str, ...] = ("tokens", "equal")
+
+
+def check_group_weight(value: object, name: str = "coba.group_weight") -> str:
+    """``value`` if it is one of `GROUP_WEIGHTS`, else ValueError naming it and the choices."""
+    if value not in GROUP_WEIGHTS:
+        raise ValueError(f"{name}={value!r} is unknown; choose one of {GROUP_WEIGHTS}.")
+    return str(value)
+
+
+def rollout_weights(index: np.ndarray, group_weight: str) -> np.ndarray:
+    """Per-rollout advantage factors w_r of one step's batch.
+
+    ``tokens``: w_r = 1. ``equal``: w_r = (R / G) / B_{g(r)}, so that for every group g
+
+        sum_{r in g} w_r = R / G        and        sum_r w_r = R,
+
+    i.e. each group carries the same total weight and the batch's total weight is unchanged.
+
+    Args:
+        index: (R,) group key of each rollout, e.g. ``[7, 7, 3, 7, 3]`` (R = 5, G = 2).
+        group_weight: one of `GROUP_WEIGHTS`.
+
+    Returns:
+        (R,) float64, e.g. ``equal`` on the index above: ``[5/6, 5/6, 5/4, 5/6, 5/4]``.
+
+    Raises:
+        ValueError: an unknown ``group_weight``; an empty or not one-dimensional ``index``.
+    """
+    check_group_weight(group_weight)
+    index = np.asarray(index)
+    if index.ndim != 1 or index.size == 0:
+        raise ValueError(f"index must be a non-empty 1-D array of group keys, got shape {index.shape}.")
+    if group_weight == "tokens":
+        return np.ones(index.size, dtype=np.float64)
+    _, inverse, sizes = np.unique(index, return_inverse=True, return_counts=True)
+    # [7, 7, 3, 7, 3] -> inverse [1, 1, 0, 1, 0], sizes [2, 3] -> B_g per rollout [3, 3, 2, 3, 2]
+    r, g = index.size, sizes.size
+    return (r / g) / sizes[inverse.reshape(-1)].astype(np.float64)
