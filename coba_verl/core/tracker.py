@@ -51,6 +51,28 @@ def scores_to_successes(scores: Any, success_value: float = 1.0) -> np.ndarray:
     return (s == success_value).astype(np.int64)
 
 
+def pass_rate_records(pass_rates: Any, weight: int) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, attempts) for pass rates known without their counts: each is ``weight`` attempts.
+
+    successes_i = round(p_i * weight), so a rate is kept to 1/(2 * weight):
+    ``pass_rate_records([0.37, 1.0], 8)`` -> ``([3, 8], [8, 8])``.
+
+    Raises:
+        ValueError: ``weight`` < 1, or a pass rate outside [0, 1] or not finite (named).
+    """
+    weight = int(weight)
+    if weight < 1:
+        raise ValueError(f"weight={weight} must be >= 1 attempt per pass rate.")
+    p = np.asarray(pass_rates, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"pass_rates must be one-dimensional, got shape {p.shape}.")
+    bad = ~(np.isfinite(p) & (p >= 0.0) & (p <= 1.0))
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"pass rate at position {j} is {p[j]}: a pass rate lies in [0, 1].")
+    return np.rint(p * weight).astype(np.int64), np.full(p.size, weight, dtype=np.int64)
+
+
 class CapabilityTracker:
     """Windows of per-prompt (successes, rollouts) and of the global failure rate F_t.
 
@@ -119,6 +141,59 @@ class CapabilityTracker:
             raise ValueError(f"prompt {ids_a[j]}: successes={succ[j]} exceeds rollouts={roll[j]}.")
         if ids_a.size:
             self._pending.append((ids_a.copy(), succ.copy(), roll.copy()))
+
+    def set_prior(self, ids: Any, successes: Any, attempts: Any) -> None:
+        """Seed prompts not yet drawn with a measured pass rate (successes of attempts, e.g. offline).
+
+        Each record is one appearance of its prompt: the prompt's first allocation uses it as it
+        would an observed window, and after ``window`` real appearances it has left the window,
+        as an old appearance does. With window k = 3, a prior (3, 8) then steps (2, 4), (1, 4),
+        (4, 4) give p_hat = 3/8, then 5/12, 6/16, 7/12. The mean failure rate of the records,
+        1 - mean_i(s_i / a_i), is one entry of the F_t window (the step before the first):
+        alpha_t and beta_t of the first allocation come from it, and it leaves the window after
+        k steps. Calling it again replaces the records of the prompts it names and that entry.
+        Prompts without a record behave as before. The records are part of `state_dict`.
+
+        Raises:
+            ValueError: lengths differ, an id is outside [0, N) or repeated, attempts <= 0,
+                successes < 0 or > attempts, or a step has already been committed.
+        """
+        ids_a = _as_int_array("ids", ids)
+        succ = _as_int_array("successes", successes)
+        att = _as_int_array("attempts", attempts)
+        if not (ids_a.shape == succ.shape == att.shape):
+            raise ValueError(
+                "ids, successes and attempts must have the same length, got "
+                f"{ids_a.size}, {succ.size}, {att.size}."
+            )
+        self._check_ids(ids_a)
+        uniq, counts = np.unique(ids_a, return_counts=True)
+        if np.any(counts > 1):
+            raise ValueError(f"prompt {int(uniq[counts > 1][0])} has more than one prior record.")
+        for bad, why in (
+            (att <= 0, "attempts must be >= 1"),
+            (succ < 0, "successes must be >= 0"),
+            (succ > att, "successes exceed attempts"),
+        ):
+            if bad.any():
+                j = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"prompt {ids_a[j]}: prior successes={succ[j]}, attempts={att[j]}: {why}.")
+        if self._steps:
+            raise ValueError(
+                f"priors seed prompts before the first step; this tracker has committed {self._steps} "
+                "steps (set priors when training starts, not after a resume: the checkpoint has them)."
+            )
+        if ids_a.size == 0:
+            return
+        self._succ[ids_a] = 0
+        self._roll[ids_a] = 0
+        self._succ[ids_a, 0] = succ
+        self._roll[ids_a, 0] = att
+        self._appearances[ids_a] = 1
+        prior = self._appearances == 1  # every prompt holding a record (none has real observations yet)
+        rate = self._succ[prior, 0] / self._roll[prior, 0]
+        self._fail_window[:] = np.nan
+        self._fail_window[self.window - 1] = 1.0 - float(rate.mean())  # overwritten by step k
 
     def record_scores(self, ids: Any, scores: Any, success_value: float = 1.0) -> None:
         """Record one entry per rollout: ``ids`` (R,) prompt id of each rollout, ``scores`` (R,)."""

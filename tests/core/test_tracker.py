@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from coba_verl.core.capability import beta_shape, psi
-from coba_verl.core.tracker import CapabilityTracker, scores_to_successes
+from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
 
 
 def test_window_of_one_keeps_only_the_last_appearance():
@@ -133,3 +133,60 @@ def test_large_id_space_stays_small():
     tr.record(ids, np.ones_like(ids), np.full_like(ids, 2))
     tr.end_step()
     assert np.all(tr.pass_rates(ids) == 0.5)
+
+
+def test_prior_is_one_appearance_that_leaves_the_window_like_an_old_one():
+    t = CapabilityTracker(4, window=3, kappa=11.0)
+    t.set_prior([0, 1], [3, 0], [8, 4])
+    assert t.pass_rates([0, 1, 2])[:2].tolist() == [3 / 8, 0.0] and np.isnan(t.pass_rates([2])[0])
+    assert t.f_bar == 1.0 - (3 / 8 + 0.0) / 2  # the records' failure rate drives the first shape
+    assert t.steps == 0
+    expected = [5 / 12, 6 / 16, 7 / 12]  # (3+2)/(8+4), (3+2+1)/(8+4+4), then the prior has left
+    f_values = []
+    for (s, r), want in zip([(2, 4), (1, 4), (4, 4)], expected, strict=True):
+        t.record([0], [s], [r])
+        f_values.append(t.end_step()["F_t"])
+        assert t.pass_rates([0])[0] == want
+    assert t.f_bar == np.mean(f_values)  # the records' F left the F_t window after k = 3 steps
+    assert t.pass_rates([1])[0] == 0.0  # an undrawn prompt keeps its record
+
+
+def test_priors_survive_a_state_round_trip():
+    t = CapabilityTracker(3, window=2)
+    t.set_prior([2], [1], [4])
+    u = CapabilityTracker(3, window=2)
+    u.load_state_dict(t.state_dict())
+    assert u.pass_rates([2])[0] == 0.25 and u.f_bar == t.f_bar and u.shape() == t.shape()
+
+
+@pytest.mark.parametrize(
+    ("ids", "succ", "att", "message"),
+    [
+        ([0], [1], [0], "prompt 0: prior successes=1, attempts=0: attempts must be >= 1"),
+        ([0], [-1], [2], "successes must be >= 0"),
+        ([1], [5], [4], "prompt 1: prior successes=5, attempts=4: successes exceed attempts"),
+        ([7], [1], [2], r"prompt id 7 is outside the id space \[0, 3\)"),
+        ([1, 1], [1, 1], [2, 2], "prompt 1 has more than one prior record"),
+    ],
+)
+def test_bad_prior_is_refused_naming_the_record(ids, succ, att, message):
+    with pytest.raises(ValueError, match=message):
+        CapabilityTracker(3).set_prior(ids, succ, att)
+
+
+def test_prior_after_a_step_is_refused():
+    t = CapabilityTracker(3)
+    t.record([0], [1], [2])
+    t.end_step()
+    with pytest.raises(ValueError, match="before the first step; this tracker has committed 1 steps"):
+        t.set_prior([1], [1], [2])
+
+
+def test_pass_rates_become_records_of_the_stated_weight():
+    succ, att = pass_rate_records([0.37, 1.0, 0.0], 8)
+    assert succ.tolist() == [3, 8, 0] and att.tolist() == [8, 8, 8]
+    for bad in ([1.2], [float("nan")], [-0.1]):
+        with pytest.raises(ValueError, match="a pass rate lies in"):
+            pass_rate_records(bad, 8)
+    with pytest.raises(ValueError, match="weight=0"):
+        pass_rate_records([0.5], 0)
