@@ -134,6 +134,17 @@ class CobaConfig:
             default) a group then weighs in proportion to its mean response length, as under
             uniform GRPO (docs/algorithm.md, "Group weight"). See
             `coba_verl.core.group_weight.rollout_weights`.
+        prior_field: A field of each training row holding a pass rate measured before
+            training (e.g. ``extra_info.pass_rate``), or two fields joined by ``/`` holding
+            successes and attempts (``extra_info.pass_count/extra_info.attempts``). A prompt
+            with such a record starts with it as one appearance of its window, and the records'
+            mean failure rate is one F_t, so epoch 1 is no longer uniform
+            (`coba_verl.core.priors`). ``None``: no prior (every prompt starts unknown).
+        prior_file: A JSON-lines file of prior records keyed by the prompt's index
+            (``{"index": 17, "successes": 3, "attempts": 8}`` or ``{"index": 17, "pass_rate":
+            0.375}``); with ``prior_field`` too, the file's records win for the prompts in both.
+        prior_weight: Attempts a bare pass rate counts as (its successes are rounded to
+            pass_rate x prior_weight). Must be >= 1.
 
     Raises:
         ValueError: an unknown strategy, solver or group_weight; a knob outside its range (the message names
@@ -156,6 +167,9 @@ class CobaConfig:
     static_alpha: float = 2.0
     static_beta: float = 9.0
     group_weight: str = "tokens"
+    prior_field: str | None = None
+    prior_file: str | None = None
+    prior_weight: int = 8
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -202,6 +216,13 @@ class CobaConfig:
                 "must satisfy 0 < low < high < 1."
             )
         self.group_weight = check_group_weight(self.group_weight, name("group_weight"))
+        for key in ("prior_field", "prior_file"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name(key)}={_shown(value)} must be a non-empty string, or null/None.")
+        self.prior_weight = check_int(name("prior_weight"), self.prior_weight)
+        if self.prior_weight < 1:
+            raise ValueError(f"{name('prior_weight')}={self.prior_weight} must be an integer >= 1.")
         self.static_alpha, self.static_beta = check_shape(
             self.static_alpha, self.static_beta, (name("static_alpha"), name("static_beta"))
         )

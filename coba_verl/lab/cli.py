@@ -99,7 +99,10 @@ def _parser_for(name: str, default: Any) -> Any:
 
 def _coba_item(text: str) -> tuple[str, Any]:
     """``kappa=7`` -> ("kappa", 7.0), typed by the CobaConfig field's default."""
-    known = {f.name: f for f in fields(CobaConfig) if f.name != "strategy"}
+    # the lab has no pass-rate priors: coba_verl.core.priors reads a training set's rows or a file
+    known = {
+        f.name: f for f in fields(CobaConfig) if f.name != "strategy" and not f.name.startswith("prior_")
+    }
     key, sep, raw = (x.strip() for x in text.partition("="))
     if not sep or key not in known:
         raise argparse.ArgumentTypeError(

@@ -34,6 +34,7 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.core.priors import PriorRecords, apply_priors, combine, read_prior_file, records_from_rows
 from coba_verl.core.prompt_ids import PromptIdMap, dataset_index_values
 from coba_verl.preflight import CobaRefusal, local_model_path
 
@@ -113,6 +114,41 @@ def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:
     return {name: getattr(loader, name) for name in names}
 
 
+def load_priors(dataset: Any, config: CobaConfig) -> PriorRecords | None:
+    """The prior records ``coba.prior_field`` and ``coba.prior_file`` name, or None when neither is set.
+
+    ``prior_field`` is read from the training set's rows as veRL's RLHFDataset holds them (its
+    HuggingFace ``dataframe``, after veRL's filters), keyed by each row's ``extra_info.index``.
+
+    Raises:
+        CobaRefusal: ``prior_field`` is set but the dataset has no ``dataframe`` to read it from,
+            or a record is bad (the message names it).
+    """
+    if config.prior_field is None and config.prior_file is None:
+        return None
+    records: PriorRecords | None = None
+    try:
+        if config.prior_field is not None:
+            frame = getattr(dataset, "dataframe", None)
+            if frame is None or not hasattr(frame, "column_names"):
+                raise ValueError(
+                    f"coba.prior_field={config.prior_field!r}: the training dataset "
+                    f"{type(dataset).__name__} has no dataframe to read it from; use coba.prior_file."
+                )
+            tops = sorted({name.split(".")[0] for name in config.prior_field.split("/")})
+            columns = {top: frame[top] if top in frame.column_names else [None] * len(frame) for top in tops}
+            rows = [{top: columns[top][i] for top in tops} for i in range(len(frame))]
+            records = records_from_rows(
+                rows, dataset_index_values(dataset), config.prior_field, config.prior_weight
+            )
+        if config.prior_file is not None:
+            from_file = read_prior_file(config.prior_file, config.prior_weight)
+            records = from_file if records is None else combine(records, from_file)
+    except (ValueError, FileNotFoundError) as err:
+        raise CobaRefusal(f"coba.prior_*: {err}") from err
+    return records
+
+
 class CobaDataLoader(StatefulDataLoader):
     """A `StatefulDataLoader` that owns the `BudgetAllocator` and checkpoints it with the data position.
 
@@ -151,6 +187,12 @@ class CobaDataLoader(StatefulDataLoader):
         """
         prompt_ids = PromptIdMap.from_dataset(loader.dataset)
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
+        priors = load_priors(loader.dataset, config)
+        if priors is not None:  # a resume's load_state_dict then replaces the tracker, priors included
+            try:
+                apply_priors(allocator.tracker, prompt_ids, priors)
+            except ValueError as err:
+                raise CobaRefusal(f"coba.prior_*: {err}") from err
         kwargs = loader_arguments(loader)
         logger.info(
             "CoBA-RL dataloader: %d prompts, strategy=%s, B in [%d, %d]",

@@ -31,6 +31,9 @@ NON_DEFAULT_OVERRIDES = {
     "p_clip_high": ("0.95", 0.95),
     "static_alpha": ("3.0", 3.0),
     "static_beta": ("6.0", 6.0),
+    "prior_field": ("extra_info.pass_count/extra_info.attempts", "extra_info.pass_count/extra_info.attempts"),
+    "prior_file": ("/data/priors.jsonl", "/data/priors.jsonl"),
+    "prior_weight": ("4", 4),
 }
 
 

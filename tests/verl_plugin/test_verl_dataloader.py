@@ -187,3 +187,53 @@ def test_wrap_carries_every_constructor_argument_or_names_the_one_it_cannot(monk
     monkeypatch.setattr(StatefulDataLoader, "__init__", init_with_a_new_parameter)
     with pytest.raises(RuntimeError, match=r"takes \['new_knob'\] but the loader does not expose them"):
         dataloader.loader_arguments(loader)
+
+
+@pytest.fixture
+def prior_parquet(tmp_path, train_parquet):
+    """The fixture parquet with extra_info.pass_rate on every other row (the rest have none)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(train_parquet)
+    frame["extra_info"] = [
+        {**info, "pass_rate": (0.25 * (row % 4) if row % 2 == 0 else None)}
+        for row, info in enumerate(frame["extra_info"])
+    ]
+    path = tmp_path / "train_with_priors.parquet"
+    frame.to_parquet(path)
+    return str(path), {int(info["index"]): info["pass_rate"] for info in frame["extra_info"]}
+
+
+def test_a_pass_rate_field_seeds_the_first_allocation_and_survives_resume(
+    small_config, tiny_tokenizer, prior_parquet, kept_indices, tmp_path
+):
+    path, rates = prior_parquet
+    overrides = (
+        f"data.train_files=['{path}']",
+        "coba.prior_field=extra_info.pass_rate",
+        "coba.prior_weight=4",
+    )
+    trainer = build_trainer(small_config(*overrides), tiny_tokenizer)
+    loader = trainer.train_dataloader
+    index = [i for i in rates if i in set(kept_indices)]
+    p = loader.allocator.tracker.pass_rates(loader.prompt_ids.ids(index))
+    for i, got in zip(index, p, strict=True):
+        assert np.isnan(got) if rates[i] is None else got == rates[i], i
+    first = run_steps(trainer, range(1, 2))[0]
+    assert len(set(first[1])) > 1  # epoch 1 is no longer uniform
+    torch.save(loader.state_dict(), tmp_path / "data.pt")
+    uninterrupted = run_steps(trainer, range(2, 4))
+
+    resumed = build_trainer(small_config(*overrides), tiny_tokenizer)  # priors applied, then replaced
+    resumed.train_dataloader.load_state_dict(torch.load(tmp_path / "data.pt", weights_only=False))
+    assert run_steps(resumed, range(2, 4)) == uninterrupted
+
+    plain = build_trainer(small_config(f"data.train_files=['{path}']"), tiny_tokenizer)
+    assert len(set(run_steps(plain, range(1, 2))[0][1])) == 1  # without coba.prior_field: uniform
+
+
+def test_a_prior_file_for_another_dataset_is_refused(small_config, tiny_tokenizer, tmp_path):
+    path = tmp_path / "priors.jsonl"
+    path.write_text('{"index": 100000, "pass_rate": 0.5}\n')
+    with pytest.raises(ValueError, match="coba.prior_.*none of the 1 prior records .* another dataset"):
+        build_trainer(small_config(f"coba.prior_file={path}"), tiny_tokenizer)

@@ -1,0 +1,263 @@
+"""Pass-rate priors: (successes, attempts) measured before training, keyed by a prompt's index.
+
+CoBA-RL learns a prompt's pass rate from the rollouts it got the last time it was drawn, so the
+first epoch is plain GRPO (spec §2, ``coba/cold_start`` = 1). A prior record gives a prompt a
+pass rate before it is first drawn: `CapabilityTracker.set_prior` counts it as one appearance
+(and the records' mean failure rate as one F_t), so it leaves the windows as an old appearance
+does. Records come from a row field of the training set or from a file:
+
+    row field, a pass rate      extra_info.pass_rate = 0.375   -> (round(0.375 * weight), weight)
+    row fields, counts          extra_info.pass_count = 3, extra_info.attempts = 8  -> (3, 8)
+    file (JSON lines)           {"index": 17, "successes": 3, "attempts": 8}
+                                {"index": 18, "pass_rate": 0.375}
+
+A record of a bad value is an error naming its index; a row without the field has no prior
+(counted in the log); a record whose index is not in the training set is ignored with a warning
+that counts them, and a file none of whose indices is in the training set (a file for another
+dataset) is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coba_verl.core.prompt_ids import PromptIdMap
+from coba_verl.core.tracker import CapabilityTracker, pass_rate_records
+
+__all__ = [
+    "PriorRecords",
+    "apply_priors",
+    "combine",
+    "parse_prior_field",
+    "read_prior_file",
+    "records_from_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PriorRecords:
+    """Prior records, one per prompt index, and where they came from (for messages).
+
+    Attributes:
+        index: (K,) the prompts' index values (``extra_info.index``, TRL's ``prompt_id``).
+        successes, attempts: (K,) int64 counts, 0 <= successes <= attempts, attempts >= 1.
+        source: e.g. ``"field extra_info.pass_rate"`` or ``"file priors.jsonl"``.
+        without_prior: rows read that carry no record (the field is missing or null).
+    """
+
+    index: list[Any]
+    successes: np.ndarray
+    attempts: np.ndarray
+    source: str
+    without_prior: int = 0
+
+
+def parse_prior_field(spec: str) -> tuple[str, ...]:
+    """``"extra_info.pass_rate"`` -> one field (a pass rate); ``"a.successes/a.attempts"`` -> two (counts).
+
+    Raises:
+        ValueError: not one or two non-empty dotted names.
+    """
+    names = tuple(part.strip() for part in str(spec).split("/"))
+    if len(names) not in (1, 2) or not all(names):
+        raise ValueError(
+            f"prior_field={spec!r} must name one field holding a pass rate (e.g. extra_info.pass_rate) "
+            "or two fields holding successes and attempts, joined by '/' "
+            "(e.g. extra_info.pass_count/extra_info.attempts)."
+        )
+    return names
+
+
+def _get(row: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = row
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _checked(
+    index: list[Any], successes: list[Any], attempts: list[Any], source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counts as int64 arrays; ValueError naming the first bad record by its index."""
+    for i, s, a in zip(index, successes, attempts, strict=True):
+        ok = (
+            isinstance(s, int | float | np.integer | np.floating)
+            and isinstance(a, int | float | np.integer | np.floating)
+            and float(s).is_integer()
+            and float(a).is_integer()
+            and a >= 1
+            and 0 <= s <= a
+        )
+        if not ok:
+            raise ValueError(
+                f"{source}: the prior of index {i!r} is successes={s!r}, attempts={a!r}; a prior needs "
+                "integers with attempts >= 1 and 0 <= successes <= attempts."
+            )
+    return np.asarray(successes, dtype=np.int64), np.asarray(attempts, dtype=np.int64)
+
+
+def _from_rates(
+    index: list[Any], rates: list[Any], weight: int, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    for i, p in zip(index, rates, strict=True):
+        if (
+            isinstance(p, bool)
+            or not isinstance(p, int | float | np.integer | np.floating)
+            or not 0 <= p <= 1
+        ):
+            raise ValueError(
+                f"{source}: the prior pass rate of index {i!r} is {p!r}; a pass rate lies in [0, 1]."
+            )
+    return pass_rate_records(np.asarray(rates, dtype=np.float64), weight)
+
+
+def records_from_rows(
+    rows: Iterable[Mapping[str, Any]], index_values: Iterable[Any], field: str, weight: int
+) -> PriorRecords:
+    """Records from the training rows' ``field`` (`parse_prior_field`); rows without it have no prior.
+
+    Args:
+        rows: the training set's rows (mappings; dotted names read nested fields).
+        index_values: each row's index, aligned with ``rows``.
+        field: one field with a pass rate, or two with successes and attempts.
+        weight: attempts a pass rate counts as.
+    """
+    names = parse_prior_field(field)
+    source = f"field {field}"
+    index: list[Any] = []
+    values: list[tuple[Any, ...]] = []
+    without = 0
+    for row, idx in zip(rows, index_values, strict=True):
+        got = tuple(_get(row, name) for name in names)
+        if any(v is None for v in got):
+            without += 1
+            continue
+        index.append(idx)
+        values.append(got)
+    if len(names) == 1:
+        succ, att = _from_rates(index, [v[0] for v in values], weight, source)
+    else:
+        succ, att = _checked(index, [v[0] for v in values], [v[1] for v in values], source)
+    return PriorRecords(index, succ, att, source, without)
+
+
+def read_prior_file(path: str | Path, weight: int) -> PriorRecords:
+    """Records from a JSON-lines file: ``index`` and either ``successes`` and ``attempts`` or ``pass_rate``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not a JSON object with ``index`` and one of the two forms, or a
+            bad value (named with its line).
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"prior_file={str(path)!r} does not exist.")
+    source = f"file {path}"
+    index: list[Any] = []
+    succ: list[Any] = []
+    att: list[Any] = []
+    rate_index: list[Any] = []
+    rates: list[Any] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{source} line {number} is not JSON: {err}.") from err
+        if not isinstance(record, dict) or "index" not in record:
+            raise ValueError(f"{source} line {number} has no index: {line[:120]!r}.")
+        if "successes" in record and "attempts" in record:
+            index.append(record["index"])
+            succ.append(record["successes"])
+            att.append(record["attempts"])
+        elif "pass_rate" in record:
+            rate_index.append(record["index"])
+            rates.append(record["pass_rate"])
+        else:
+            raise ValueError(
+                f"{source} line {number} has neither successes and attempts nor pass_rate: {line[:120]!r}."
+            )
+    s1, a1 = _checked(index, succ, att, source)
+    s2, a2 = _from_rates(rate_index, rates, weight, source)
+    return PriorRecords(index + rate_index, np.concatenate([s1, s2]), np.concatenate([a1, a2]), source)
+
+
+def combine(first: PriorRecords, second: PriorRecords) -> PriorRecords:
+    """Both sets of records; for an index in both, ``second``'s record wins."""
+    override = set(second.index)
+    keep = [i for i, value in enumerate(first.index) if value not in override]
+    return PriorRecords(
+        [first.index[i] for i in keep] + list(second.index),
+        np.concatenate([first.successes[keep], second.successes]),
+        np.concatenate([first.attempts[keep], second.attempts]),
+        f"{first.source} and {second.source}",
+        first.without_prior,
+    )
+
+
+def apply_priors(
+    tracker: CapabilityTracker, prompt_ids: PromptIdMap, records: PriorRecords
+) -> dict[str, float]:
+    """Seed ``tracker`` with ``records`` (`CapabilityTracker.set_prior`); returns what was applied.
+
+    Records whose index is not in ``prompt_ids`` are ignored with a warning counting them.
+
+    Raises:
+        ValueError: none of the records' indices is in the training set (a file for another
+            dataset?), or an index has two records.
+    """
+    seen: set[Any] = set()
+    for value in records.index:
+        if value in seen:
+            raise ValueError(f"{records.source}: index {value!r} has more than one prior record.")
+        seen.add(value)
+    known, unknown = [], 0
+    for position, value in enumerate(records.index):
+        try:
+            known.append((position, int(prompt_ids.ids([value])[0])))
+        except ValueError:
+            unknown += 1
+    if records.index and not known:
+        raise ValueError(
+            f"none of the {len(records.index)} prior records of {records.source} has an index of this "
+            "training set: are they for another dataset (or another extra_info.index numbering)?"
+        )
+    if unknown:
+        logger.warning(
+            "%s: %d of %d prior records have an index that is not in the training set; they are ignored",
+            records.source,
+            unknown,
+            len(records.index),
+        )
+    rows = np.asarray([p for p, _ in known], dtype=np.int64)
+    ids = np.asarray([i for _, i in known], dtype=np.int64)
+    tracker.set_prior(ids, records.successes[rows], records.attempts[rows])
+    applied = {
+        "prior_prompts": float(ids.size),
+        "prior_ignored": float(unknown),
+        "prior_pass_rate_mean": float(np.mean(records.successes[rows] / records.attempts[rows]))
+        if ids.size
+        else float("nan"),
+    }
+    logger.info(
+        "CoBA-RL priors from %s: %d of %d prompts (mean pass rate %.3f); %d rows without a prior, %d ignored",
+        records.source,
+        ids.size,
+        prompt_ids.num_prompts,
+        applied["prior_pass_rate_mean"],
+        records.without_prior,
+        unknown,
+    )
+    return applied
