@@ -13,9 +13,9 @@ driver looks first, with nothing heavier than pyarrow:
       data.train_files=/d/tiny_cpu/train.parquet, experiment tiny-cpu
         -> /d/tiny_cpu/checkpoints/tiny-cpu
 
-- `check_inputs`: every local data file and a local-looking model path exist (the tiny recipe's
-  message names ``python -m coba_verl.arithmetic.tiny``), and every training row has
-  ``extra_info.index`` (CoBA-RL keys pass rates by it).
+- `check_inputs`: every local data file, a local-looking model path and ``coba.prior_file``
+  exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), and every
+  training row has ``extra_info.index`` (CoBA-RL keys pass rates by it).
 - `warn_resume`: veRL's ``resume_mode=auto`` resumes the latest checkpoint under
   ``trainer.default_local_dir`` and says so at INFO only; this says it at WARNING, with the
   step, the folder and how to start fresh. Whether the checkpoint was written for the same
@@ -251,6 +251,13 @@ def check_inputs(config: DictConfig) -> None:
             else "Point it at a model folder (with config.json) or a hub id such as Qwen/Qwen2.5-7B-Instruct."
         )
         raise CobaRefusal(f"actor_rollout_ref.model.path={model} {what}. {fix}")
+    prior_file = OmegaConf.select(config, "coba.prior_file")
+    if prior_file is not None and not Path(str(prior_file)).expanduser().is_file():
+        raise CobaRefusal(
+            f"coba.prior_file={prior_file} does not exist: give a JSON-lines file of prior records "
+            '({"index": ..., "successes": ..., "attempts": ...} or {"index": ..., "pass_rate": ...}), '
+            "or coba.prior_file=null."
+        )
     for path in _files(config.data.train_files):
         if _is_remote(path):
             continue

@@ -169,3 +169,12 @@ def test_fsdp_run_is_refused_where_a_trl_without_the_ppo_value_head_is_importabl
     with pytest.raises(RuntimeError, match="TRL 1.16.0 is installed.*AutoModelForCausalLMWithValueHead"):
         preflight.check_trl_conflict(fsdp_run)
     monkeypatch.delitem(sys.modules, "trl", raising=False)
+
+
+def test_a_missing_prior_file_is_refused_before_ray_starts(tmp_path):
+    cfg = config(tmp_path)
+    OmegaConf.update(cfg, "coba.prior_file", str(tmp_path / "priors.jsonl"), force_add=True)
+    with pytest.raises(CobaRefusal, match=r"coba.prior_file=.*priors.jsonl does not exist"):
+        preflight.check_inputs(cfg)
+    (tmp_path / "priors.jsonl").write_text('{"index": 0, "pass_rate": 0.5}\n')
+    preflight.check_inputs(cfg)
