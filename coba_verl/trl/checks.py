@@ -9,6 +9,7 @@ in TRL's terms.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from datasets import Dataset, IterableDataset
@@ -16,7 +17,17 @@ from datasets import Dataset, IterableDataset
 from coba_verl.core import CobaConfig, check_budget
 from coba_verl.core.prompt_ids import PromptIdMap
 
-__all__ = ["DEFAULT_ID_COLUMN", "check_args", "check_generation", "prompt_id_map"]
+__all__ = ["DEFAULT_ID_COLUMN", "check_args", "check_generation", "check_group_weight", "prompt_id_map"]
+
+logger = logging.getLogger(__name__)
+
+#: TRL ``loss_type`` values (TRL 1.16) under which ``coba.group_weight=equal`` gives every prompt
+#: group exactly the same weight: each completion's token mean weighs alike (``grpo``, ``sapo``).
+GROUP_WEIGHT_EXACT: tuple[str, ...] = ("grpo", "sapo")
+#: Loss types that weigh each completion by its token count (``dapo``, the default, ``bnpo``,
+#: ``dr_grpo``, ``cispo``, ``luspo``): ``equal`` removes the factor B_g, but a group still weighs
+#: in proportion to its mean completion length. Accepted with a warning.
+GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("dapo", "bnpo", "dr_grpo", "cispo", "luspo")
 
 #: Default name of the training-set column holding each prompt's stable id.
 DEFAULT_ID_COLUMN = "prompt_id"
@@ -30,8 +41,10 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             over processes and ``steps_per_generation`` as TRL's buffering needs; a round of
             M = generation_batch_size / num_generations prompts whose M * num_generations
             completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
-            ``remove_unused_columns=True`` (it drops the id column).
+            ``remove_unused_columns=True`` (it drops the id column); ``coba.group_weight=equal``
+            with a ``loss_type`` `check_group_weight` does not know.
     """
+    check_group_weight(coba.group_weight, str(args.loss_type))
     if args.use_vllm and args.vllm_mode == "server":
         raise ValueError(
             "use_vllm=True with vllm_mode='server' is not supported by CobaGRPOTrainer: TRL's server "
@@ -65,6 +78,37 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "sees it, including the prompt id column CobaGRPOTrainer keys pass rates by. Set "
             "remove_unused_columns=False (GRPOConfig's default)."
         )
+
+
+def check_group_weight(group_weight: str, loss_type: str) -> None:
+    """Say how exact ``coba.group_weight`` is under TRL's ``loss_type``.
+
+    ``tokens`` changes nothing, so every loss type is fine. ``equal``: exact under
+    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` a warning says that groups still weigh by
+    their mean completion length; any other loss type (e.g. ``vespo``, whose weights depend on
+    the advantage itself) is refused.
+
+    Raises:
+        ValueError: ``equal`` with a loss type in neither list, naming it.
+    """
+    if group_weight == "tokens" or loss_type in GROUP_WEIGHT_EXACT:
+        return
+    if loss_type in GROUP_WEIGHT_BY_LENGTH:
+        logger.warning(
+            "coba.group_weight=%s with loss_type=%r: the group-size factor B_i is removed, but this loss "
+            "weighs every completion by its tokens, so a prompt group still weighs in proportion to its "
+            "mean completion length (as under stock GRPO). For exactly equal group weights use "
+            "loss_type='grpo'.",
+            group_weight,
+            loss_type,
+        )
+        return
+    known = GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH
+    raise ValueError(
+        f"coba.group_weight={group_weight!r} is not supported with loss_type={loss_type!r}: CobaGRPOTrainer "
+        f"knows how per-group advantage factors weigh groups only under {known}. "
+        "Choose one of those loss types, or coba.group_weight='tokens'."
+    )
 
 
 def check_generation(rollout_func: Any) -> None:

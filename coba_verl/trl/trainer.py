@@ -6,7 +6,8 @@ Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls T
                                      of each prompt into one, B = allocate(ids, M * G) on the main
                                      process, broadcast to the others, expand prompt i to B_i rows
                                      and keep this process's slice; TRL generates and scores it;
-                                     then the advantages over the variable groups replace TRL's,
+                                     then the advantages over the variable groups replace TRL's
+                                     (times (R / G) / B_g under ``coba.group_weight=equal``),
                                      the tracker gets one score per completion, and the ``coba/``
                                      metrics go to TRL's log. Evaluation is TRL's, untouched.
 ``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
@@ -72,6 +73,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
+from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.trl.checkpoint import RoundPlan, load_allocator, save_allocator
 from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map
@@ -86,7 +88,22 @@ from coba_verl.trl.groups import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer"]
+__all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer", "weight_group_advantages"]
+
+
+def weight_group_advantages(advantages: torch.Tensor, budgets: np.ndarray, group_weight: str) -> torch.Tensor:
+    """The round's advantages (T,), rows in group order, times `rollout_weights` of their groups.
+
+    R = T rows of the round, G = M prompts, B_g = budgets[g]: ``equal`` multiplies row j by
+    (T / M) / B_{g(j)}; ``tokens`` returns ``advantages`` itself.
+
+        budgets [2, 3, 1] -> groups [0 0 1 1 1 2] -> factors [1 1 2/3 2/3 2/3 2]
+    """
+    if group_weight == "tokens":
+        return advantages
+    groups = np.repeat(np.arange(len(budgets)), budgets)  # (T,)
+    factors = torch.as_tensor(rollout_weights(groups, group_weight), dtype=advantages.dtype)
+    return advantages * factors.to(advantages.device)
 
 
 @dataclass
@@ -196,6 +213,8 @@ class CobaGRPOTrainer(GRPOTrainer):
             scale_rewards=self.scale_rewards,
             multi_objective_aggregation=self.multi_objective_aggregation,
         )  # (T,), (T,)
+        budgets, group_weight = plan.allocation.budgets, self.coba_config.group_weight
+        advantages = weight_group_advantages(advantages, budgets, group_weight)  # what the loss sees
         output["advantages"] = advantages[plan.local_slice]
         self._replace_trl_group_logs(advantages, is_std_zero)
         scores = row_scores(rewards_per_func, self.reward_weights)  # (T,), NaN = unscored

@@ -17,6 +17,8 @@ reads a per-prompt n, so the budgets are expressed in rows, without a copy of ``
 3. `CobaRayPPOTrainer._update_actor` (:1690, before the checkpoint at :1704): each uid's rows
    are checked against B_i, their ``token_level_scores`` feed the tracker, ``end_step`` runs and
    the ``coba/`` metrics join the actor's (``reduce_metrics`` of its ``meta_info["metrics"]``).
+   With ``coba.group_weight=equal``, ``batch["advantages"]`` (computed at :1667) is first
+   multiplied row by row by (R / G) / B_g (`weight_advantages`).
 
 Construction: ``main_ppo_v0.TaskRunner.run`` builds ``RayPPOTrainer`` by name (:218) and veRL
 has no trainer registry for the classic path, so `CobaTaskRunner.run` makes the same calls to
@@ -41,6 +43,7 @@ from verl.trainer.main_ppo_v0 import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from coba_verl.core import BudgetAllocator
+from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.verl_plugin.config_bridge import check_config, user_batch
@@ -110,6 +113,20 @@ def translate_config(config: DictConfig) -> None:
         "data.gen_batch_size=%d prompts, actor.ppo_mini_batch_size %d -> %d rows",
         n, m, m * n, m, config[CLASSIC_NODE].actor_ppo_mini_batch_size, actor.ppo_mini_batch_size,
     )  # fmt: skip
+
+
+def weight_advantages(batch: DataProto, group_weight: str) -> None:
+    """Multiply ``batch.batch["advantages"]`` (R, T) in place by `rollout_weights` of its uids.
+
+    The classic trainer generates one session per row, so R is the batch's rows, G its uids and
+    B_g the rows of uid g. ``tokens`` leaves the tensor untouched.
+    """
+    if group_weight == "tokens":
+        return
+    uids = np.asarray([str(uid) for uid in batch.non_tensor_batch["uid"]])  # (R,)
+    advantages = batch.batch["advantages"]  # (R, T)
+    factors = torch.as_tensor(rollout_weights(uids, group_weight), dtype=advantages.dtype)
+    batch.batch["advantages"] = advantages * factors.to(advantages.device)[:, None]
 
 
 class CobaRayPPOTrainer(RayPPOTrainer):
@@ -197,6 +214,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         metrics = step_metrics(self._allocation, self.allocator.end_step())
         metrics[PREFIX + "failed_rollouts"] = float(failed)
         self._pending = {}
+        weight_advantages(batch, self.coba_config.group_weight)
         plugin_s = self._plugin_time_s + time.perf_counter() - start
         self._plugin_time_s = 0.0
         output = super()._update_actor(batch)

@@ -7,6 +7,7 @@ trainer.v1.trainer_mode=coba_sync`` route is guarded too). Every refusal says wh
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +19,22 @@ from coba_verl.core.solvers import check_budget
 #: treats every mode other than ``sync`` as asynchronous, so `CobaTrainer` resets the config to
 #: ``sync`` before veRL reads it; this name only selects the class in ``TaskRunnerV1``.
 COBA_TRAINER_MODE = "coba_sync"
+
+logger = logging.getLogger(__name__)
+
+#: ``actor.loss_agg_mode`` values under which ``coba.group_weight=equal`` gives every prompt group
+#: exactly the same weight: each rollout weighs 1 / R whatever its length, so a group's rollouts,
+#: each scaled by (R / G) / B_g, sum to 1 / G.
+GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
+#: Modes that weigh each rollout by its token count (token-mean: L_r / T; the others L_r up to a
+#: constant): ``equal`` removes the factor B_g, but a group still weighs in proportion to its mean
+#: response length, as every group does under uniform GRPO. Accepted with a warning.
+GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 
 #: Advantage estimators whose groups are the prompt uid, so that per-prompt group sizes are
 #: meaningful (spec §1: CoBA-RL changes the group size of GRPO and nothing else).
@@ -40,9 +57,10 @@ def check_config(config: DictConfig) -> CobaConfig:
 
     Raises:
         ValueError: an asynchronous V1 trainer mode; ``trainer.v1.sync.parameter_sync_step > 1``;
-            a non-GRPO advantage estimator; a budget train_batch_size * rollout.n that no
-            allocation within [min_rollouts, max_rollouts] can spend. `CobaConfig` itself refuses
-            bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
+            a non-GRPO advantage estimator; ``coba.group_weight=equal`` with a ``loss_agg_mode``
+            outside `GROUP_WEIGHT_EXACT` and `GROUP_WEIGHT_BY_LENGTH`; a budget train_batch_size *
+            rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
+            `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
     cfg = coba_config_from(config)
     if config.trainer.use_v1:
@@ -54,6 +72,7 @@ def check_config(config: DictConfig) -> CobaConfig:
             "each prompt and relies on advantages grouped by prompt uid. "
             f"Set algorithm.adv_estimator to one of {SUPPORTED_ADV_ESTIMATORS}."
         )
+    check_group_weight_mode(cfg.group_weight, str(config.actor_rollout_ref.actor.loss_agg_mode))
     m, n = user_batch(config)
     total = m * n
     low, up = cfg.min_rollouts, cfg.max_rollouts
@@ -65,6 +84,37 @@ def check_config(config: DictConfig) -> CobaConfig:
         "coba.max_rollouts around it.",
     )  # fmt: skip
     return cfg
+
+
+def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
+    """Say how exact ``coba.group_weight`` is under veRL's ``actor.loss_agg_mode``.
+
+    ``tokens`` changes nothing, so every mode is fine. ``equal``: exact under
+    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` a warning says that groups still weigh by
+    their mean response length; any other mode is refused, since what a per-group advantage factor
+    does to it is not known here.
+
+    Raises:
+        ValueError: ``equal`` with a mode in neither list, naming it.
+    """
+    if group_weight == "tokens" or loss_agg_mode in GROUP_WEIGHT_EXACT:
+        return
+    if loss_agg_mode in GROUP_WEIGHT_BY_LENGTH:
+        logger.warning(
+            "coba.group_weight=%s with actor_rollout_ref.actor.loss_agg_mode=%s: the group-size factor B_i "
+            "is removed, but this mode weighs every rollout by its response tokens, so a prompt group "
+            "still weighs in proportion to its mean response length (as under uniform GRPO). For exactly "
+            "equal group weights set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean.",
+            group_weight,
+            loss_agg_mode,
+        )
+        return
+    raise ValueError(
+        f"coba.group_weight={group_weight} is not supported with actor_rollout_ref.actor.loss_agg_mode="
+        f"{loss_agg_mode}: coba-verl knows how per-group advantage factors weigh groups only under "
+        f"{GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH}. Set loss_agg_mode to seq-mean-token-mean (exact) "
+        "or token-mean, or coba.group_weight=tokens."
+    )
 
 
 def user_batch(config: DictConfig) -> tuple[int, int]:

@@ -16,9 +16,11 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
                              size) takes the next prompts of the current window, so every window
                              spends exactly M * rollout.n rollouts however it is submitted.
 ``_submit_batch_to_rollout`` remembers each submitted group's (tracker id, B_i), then submits.
-``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid), then
-                             the trained groups' scores go to the tracker (`sessions`' rule for
-                             failed sessions and for an engine that ignores budgets).
+``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid); with
+                             ``coba.group_weight=equal`` each session's advantage times
+                             (R / G) / B_g (`group_weight_of_keys`); then the trained groups'
+                             scores go to the tracker (`sessions`' rule for failed sessions and
+                             for an engine that ignores budgets).
 ``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
                              budget range, alpha/beta, prompt mean score, held-out when measured.
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
@@ -53,8 +55,10 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
+from verl.workers.utils.padding import response_to_nested
 
 from coba_verl.core import Allocation, BudgetAllocator
+from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
@@ -105,6 +109,33 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
 
 
 check_verl_api()
+
+
+def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str) -> np.ndarray:
+    """Advantage factor of each trajectory key of a trained batch (`rollout_weights` per session).
+
+    A rollout is a session ``{uid}_{session}``: R counts the batch's sessions, G its uids, B_g the
+    sessions of uid g that reached the batch (a failed session is not trained, so it does not
+    count). Every output of a session shares its factor; padding rows keep 1.
+
+        keys     a_0_0 a_0_1 a_1_0 b_0_0 pad7f_0_0       (R = 3 sessions, G = 2 groups)
+        factor   3/4   3/4   3/4   3/2   1               (equal: (R / G) / B_g)
+
+    Returns:
+        (len(keys),) float64.
+    """
+    factors = np.ones(len(keys), dtype=np.float64)
+    if group_weight == "tokens":
+        return factors
+    rows, sessions = [], []
+    for i, (key, tag) in enumerate(zip(keys, tags, strict=True)):
+        if not tag.get("is_padding", False):
+            rows.append(i)
+            sessions.append(key.rsplit("_", 1)[0])  # "a_0_1" -> "a_0"
+    unique, inverse = np.unique(np.asarray(sessions), return_inverse=True)  # one entry per session
+    uids = np.asarray([session.rsplit("_", 1)[0] for session in unique])  # (R,) group of each session
+    factors[rows] = rollout_weights(uids, group_weight)[inverse.reshape(-1)]
+    return factors
 
 
 @register_trainer(COBA_TRAINER_MODE)
@@ -203,9 +234,11 @@ class CobaTrainer(PPOTrainerSync):
         return super()._submit_batch_to_rollout(batch)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """veRL's advantage (GRPO groups by uid, any group size), then feed the tracker."""
+        """veRL's advantage (GRPO groups by uid, any group size), weighted per group; feed the tracker."""
         batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
+        if self.coba_config.group_weight != "tokens":
+            batch = self._weight_advantages(batch)
         groups = final_outputs(batch.keys, batch.tags)
         unknown = sorted(uid for uid in groups if uid not in self._pending)
         if unknown:
@@ -265,6 +298,25 @@ class CobaTrainer(PPOTrainerSync):
         self._allocations.append(allocation)
         self._plugin_time_s += time.perf_counter() - start
         return window
+
+    def _weight_advantages(self, batch: KVBatchMeta) -> KVBatchMeta:
+        """Multiply the advantages veRL wrote to TransferQueue by `group_weight_of_keys`, in place.
+
+        Runs on the batch the step trains (after DAPO's filtering, whatever submissions its groups
+        came from), so R and G are those of the step's loss. ``returns`` stay as veRL wrote them
+        (GRPO trains no critic).
+        """
+        factors = group_weight_of_keys(list(batch.keys), list(batch.tags), self.coba_config.group_weight)
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"]
+        )
+        response_mask = data["response_mask"]  # nested (R_keys, j)
+        padded = data.to_padded_tensor()
+        weights = torch.as_tensor(factors, dtype=padded["advantages"].dtype)  # (R_keys,)
+        advantages = padded["advantages"] * weights[:, None]  # (R_keys, T)
+        nested = {"advantages": response_to_nested(advantages, response_mask)}
+        fields = TensorDict(nested, batch_size=len(batch))
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
     def _observe_cleared(self, partition_id: str, uids: set[str], tags: Mapping[str, Mapping]) -> None:
         """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) feed the tracker."""

@@ -34,6 +34,7 @@ NON_DEFAULT_OVERRIDES = {
     "prior_field": ("extra_info.pass_count/extra_info.attempts", "extra_info.pass_count/extra_info.attempts"),
     "prior_file": ("/data/priors.jsonl", "/data/priors.jsonl"),
     "prior_weight": ("4", 4),
+    "group_weight": ("equal", "equal"),
 }
 
 
@@ -95,6 +96,7 @@ def base_1x8(coba_compose, gpu_1x8):
         ("coba.max_rollouts", 8, "Set actor_rollout_ref.rollout.n between 2 and 8"),
         ("algorithm.adv_estimator", "gae", "algorithm.adv_estimator=gae is not supported"),
         ("coba.strategy", "greedy", "coba.strategy='greedy' is unknown"),
+        ("coba.group_weight", "even", "coba.group_weight='even' is unknown; choose one of"),
     ],
 )
 def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, message):
@@ -103,6 +105,32 @@ def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, 
     with pytest.raises(ValueError) as info:
         prepare_config(config)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "warned"),
+    [("seq-mean-token-mean", False), ("token-mean", True), ("seq-mean-token-sum-norm", True)],
+)
+def test_equal_group_weight_warns_where_groups_still_weigh_by_response_length(base_1x8, caplog, mode, warned):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.group_weight", "equal")
+    OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", mode)
+    with caplog.at_level("WARNING", logger="coba_verl.verl_plugin.config_bridge"):
+        assert check_config(config).group_weight == "equal"
+    messages = [r.getMessage() for r in caplog.records if r.name == "coba_verl.verl_plugin.config_bridge"]
+    assert bool(messages) == warned
+    if warned:
+        assert f"loss_agg_mode={mode}" in messages[0] and "seq-mean-token-mean" in messages[0]
+
+
+def test_equal_group_weight_is_refused_under_a_loss_agg_mode_it_does_not_know(base_1x8, caplog):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.group_weight", "equal")
+    OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", "seq-max-token-mean")
+    with pytest.raises(ValueError, match="loss_agg_mode=seq-max-token-mean: coba-verl knows"):
+        check_config(config)
+    OmegaConf.update(config, "coba.group_weight", "tokens")  # tokens changes nothing: any mode
+    assert check_config(config).group_weight == "tokens"
 
 
 def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(base_1x8):

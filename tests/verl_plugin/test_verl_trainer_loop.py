@@ -421,11 +421,13 @@ def test_uniform_strategy_reproduces_stock_grpo(
     transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
 ):
     """coba.strategy=uniform against veRL's own PPOTrainerSync on the same data and rewards: same
-    prompts per step, rollout.n sessions each, same trajectories, same advantages."""
+    prompts per step, rollout.n sessions each, same trajectories, same advantages; and with
+    coba.group_weight=equal, bit for bit the same advantages as without."""
     runs = {}
     for name, cls, overrides in (
         ("stock", PPOTrainerSync, ("trainer.v1.trainer_mode=sync",)),
         ("uniform", CobaTrainer, ("coba.strategy=uniform",)),
+        ("uniform_equal", CobaTrainer, ("coba.strategy=uniform", "coba.group_weight=equal")),
     ):
         config = loop_config(small_config, tmp_path / name, "trainer.total_training_steps=4", *overrides)
         log_path = tmp_path / f"{name}.jsonl"
@@ -440,6 +442,10 @@ def test_uniform_strategy_reproduces_stock_grpo(
         assert sorted(uniform_step) == sorted(stock_step)
         for key, advantage in stock_step.items():
             assert uniform_step[key] == pytest.approx(advantage, abs=1e-6), key
+    # coba.group_weight=equal: every group has rollout.n sessions, so the factor is exactly 1
+    equal, equal_trained = runs["uniform_equal"]
+    assert [s["index"] for s in equal.submissions] == [s["index"] for s in uniform.submissions]
+    assert equal_trained == uniform_trained
 
 
 class RolloutNIgnoringManager(InlineAgentLoopManager):
@@ -596,3 +602,69 @@ def test_failed_sessions_are_counted_and_the_run_goes_on(
     if refill:  # the whole-group failure of index 61 was replaced by a fresh prompt
         assert any(61 in s["index"] for s in manager.submissions if s["step"] > 3)
         assert any(len(s["index"]) < PROMPTS_PER_STEP for s in manager.submissions)
+
+
+# ---------------------------------------------------------------------- coba.group_weight=equal
+def trained_by_update(trainer, manager) -> list[dict[tuple[int, int, int], float]]:
+    """Per actor update, {(group, session, output): advantage}, with ``group`` the group's place in
+    submission order (one per group even when DAPO trains a prompt twice in a step). Padding rows
+    left out."""
+    order = {uid: n for n, uid in enumerate(uid for s in manager.submissions for uid in s["uid"])}
+    return [
+        {
+            (order[uid], int(session), int(output)): advantage
+            for uid, session, output, advantage in (
+                (*key.rsplit("_", 2), advantage) for key, advantage in update["advantage"].items()
+            )
+            if uid in order
+        }
+        for update in trainer.actor_rollout_wg.updates
+    ]
+
+
+def grpo_advantage(scores: list[float]) -> np.ndarray:
+    """veRL's GRPO outcome advantage of one group: (score - mean) / (std + 1e-6), Bessel's std."""
+    x = torch.tensor(scores, dtype=torch.float32)
+    if len(scores) == 1:
+        return np.zeros(1)
+    return ((x - x.mean()) / (x.std() + 1e-6)).double().numpy()
+
+
+@pytest.mark.parametrize("overrides", [(), DAPO], ids=["v1", "v1-dapo"])
+def test_equal_group_weight_gives_every_trained_group_the_same_weight(
+    overrides, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """coba.group_weight=equal through veRL's fit(): every trained session's advantage is veRL's
+    GRPO advantage of its group times (R / G) / B_g over the trained batch (R sessions, G groups;
+    with DAPO, groups of several submissions), so each group's factors sum to the same R / G."""
+    trainer, manager = fit(
+        loop_config(small_config, tmp_path / "ckpt", *overrides, "coba.group_weight=equal"),
+        tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch,
+    )  # fmt: skip
+    if overrides:  # DAPO: a step's trained groups come from several submissions
+        assert len(manager.submissions) > STEPS
+    drawn = [(s["step"], index) for s in manager.submissions for index in s["index"]]  # per group
+    reweighted = 0
+    for step, trained in enumerate(trained_by_update(trainer, manager), start=1):
+        groups: dict[int, set[int]] = {}  # group -> its trained sessions
+        for group, session, _ in trained:
+            groups.setdefault(group, set()).add(session)
+        r, g = sum(len(sessions) for sessions in groups.values()), len(groups)
+        factors = []
+        for group, sessions in groups.items():
+            when, index = drawn[group]
+            sessions = sorted(sessions)
+            stock = grpo_advantage([scripted_reward(index, session, when) for session in sessions])
+            factor = (r / g) / len(sessions)
+            expected = dict(zip(sessions, stock * factor, strict=True))
+            for (q, session, _), advantage in trained.items():  # every output of each session
+                if q == group:
+                    assert advantage == pytest.approx(expected[session], rel=1e-5, abs=1e-6), (
+                        step,
+                        index,
+                        session,
+                    )
+            factors.append(factor * len(sessions))
+            reweighted += factor != 1.0 and bool(np.any(stock != 0))
+        assert factors == pytest.approx([r / g] * g)  # the same total weight for every group
+    assert reweighted > 0, "some group with a learning signal must have been reweighted"
