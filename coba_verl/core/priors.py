@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from coba_verl.core.tracker import CapabilityTracker, pass_rate_records
 __all__ = [
     "PriorRecords",
     "apply_priors",
+    "column_rows",
     "combine",
     "parse_prior_field",
     "read_prior_file",
@@ -205,6 +206,44 @@ def combine(first: PriorRecords, second: PriorRecords) -> PriorRecords:
         f"{first.source} and {second.source}",
         first.without_prior,
     )
+
+
+def column_rows(table: Any, tops: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows of a column table (a HuggingFace ``Dataset``: ``column_names``, ``table[name]``) holding
+    the columns ``tops``; a column the table lacks reads as None in every row."""
+    n = len(table)
+    columns = {t: table[t] if t in table.column_names else [None] * n for t in tops}
+    return [{t: columns[t][i] for t in tops} for i in range(n)]
+
+
+def configured_priors(
+    field: str | None,
+    file: str | None,
+    weight: int,
+    rows: Callable[[tuple[str, ...]], Iterable[Mapping[str, Any]]],
+    index_values: Callable[[], Iterable[Any]],
+) -> PriorRecords | None:
+    """The records ``prior_field`` and ``prior_file`` (`CobaConfig`) name; None when neither is set.
+
+    Args:
+        field, file, weight: `CobaConfig.prior_field`, ``prior_file``, ``prior_weight``.
+        rows: given the top-level columns ``field`` reads, the training rows (mappings holding at
+            least those columns), in the order of ``index_values``; called only with a field.
+        index_values: each training row's index.
+    """
+    records: PriorRecords | None = None
+    if field is not None:
+        tops = tuple(sorted({name.split(".")[0] for name in parse_prior_field(field)}))
+        records = records_from_rows(rows(tops), index_values(), field, weight)
+        if not records.index:
+            raise ValueError(
+                f"prior_field={field!r}: no row of the training set has it ({records.without_prior} rows "
+                "read); check the field's name, or drop prior_field."
+            )
+    if file is not None:
+        from_file = read_prior_file(file, weight)
+        records = from_file if records is None else combine(records, from_file)
+    return records
 
 
 def apply_priors(

@@ -14,10 +14,18 @@ from typing import Any
 
 from datasets import Dataset, IterableDataset
 
-from coba_verl.core import CobaConfig, check_budget
+from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
+from coba_verl.core.priors import apply_priors, column_rows, configured_priors
 from coba_verl.core.prompt_ids import PromptIdMap
 
-__all__ = ["DEFAULT_ID_COLUMN", "check_args", "check_generation", "check_group_weight", "prompt_id_map"]
+__all__ = [
+    "DEFAULT_ID_COLUMN",
+    "check_args",
+    "check_generation",
+    "check_group_weight",
+    "prompt_id_map",
+    "seed_priors",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -157,3 +165,20 @@ def prompt_id_map(train_dataset: Any, id_column: str) -> PromptIdMap:
             "with_indices=True)."
         ),
     )
+
+
+def seed_priors(
+    allocator: BudgetAllocator, id_map: PromptIdMap, coba: CobaConfig, train_dataset: Dataset, id_column: str
+) -> None:
+    """Seed the tracker with ``coba.prior_field`` (columns of ``train_dataset``; dotted names read
+    nested fields) and ``coba.prior_file`` (records keyed by ``id_column``), if set
+    (`coba_verl.core.priors`). A checkpoint loaded later replaces the tracker, priors included."""
+    records = configured_priors(
+        coba.prior_field,
+        coba.prior_file,
+        coba.prior_weight,
+        lambda tops: column_rows(train_dataset, tops),
+        lambda: train_dataset[id_column],
+    )
+    if records is not None:
+        apply_priors(allocator.tracker, id_map, records)

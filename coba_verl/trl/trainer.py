@@ -76,7 +76,7 @@ from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.trl.checkpoint import RoundPlan, load_allocator, save_allocator
-from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map
+from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map, seed_priors
 from coba_verl.trl.groups import (
     collapse_runs,
     expand_rows,
@@ -179,6 +179,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         self.prompt_id_column = prompt_id_column
         self.coba_prompt_ids = id_map
         self.allocator = BudgetAllocator(coba, num_prompts=id_map.num_prompts)
+        seed_priors(self.allocator, id_map, coba, given["train_dataset"], prompt_id_column)
         self.last_allocation: Allocation | None = None
         self._last_ids: np.ndarray | None = None  # (M,) tracker ids of the latest round
         self._unfinished: RoundPlan | None = None  # the checkpoint's unfinished round, until replayed

@@ -34,7 +34,7 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
-from coba_verl.core.priors import PriorRecords, apply_priors, combine, read_prior_file, records_from_rows
+from coba_verl.core.priors import PriorRecords, apply_priors, column_rows, configured_priors
 from coba_verl.core.prompt_ids import PromptIdMap, dataset_index_values
 from coba_verl.preflight import CobaRefusal, local_model_path
 
@@ -124,29 +124,26 @@ def load_priors(dataset: Any, config: CobaConfig) -> PriorRecords | None:
         CobaRefusal: ``prior_field`` is set but the dataset has no ``dataframe`` to read it from,
             or a record is bad (the message names it).
     """
-    if config.prior_field is None and config.prior_file is None:
-        return None
-    records: PriorRecords | None = None
-    try:
-        if config.prior_field is not None:
-            frame = getattr(dataset, "dataframe", None)
-            if frame is None or not hasattr(frame, "column_names"):
-                raise ValueError(
-                    f"coba.prior_field={config.prior_field!r}: the training dataset "
-                    f"{type(dataset).__name__} has no dataframe to read it from; use coba.prior_file."
-                )
-            tops = sorted({name.split(".")[0] for name in config.prior_field.split("/")})
-            columns = {top: frame[top] if top in frame.column_names else [None] * len(frame) for top in tops}
-            rows = [{top: columns[top][i] for top in tops} for i in range(len(frame))]
-            records = records_from_rows(
-                rows, dataset_index_values(dataset), config.prior_field, config.prior_weight
+
+    def rows(tops: tuple[str, ...]) -> list[dict[str, Any]]:
+        frame = getattr(dataset, "dataframe", None)
+        if frame is None or not hasattr(frame, "column_names"):
+            raise ValueError(
+                f"coba.prior_field={config.prior_field!r}: the training dataset "
+                f"{type(dataset).__name__} has no dataframe to read it from; use coba.prior_file."
             )
-        if config.prior_file is not None:
-            from_file = read_prior_file(config.prior_file, config.prior_weight)
-            records = from_file if records is None else combine(records, from_file)
+        return column_rows(frame, tops)
+
+    try:
+        return configured_priors(
+            config.prior_field,
+            config.prior_file,
+            config.prior_weight,
+            rows,
+            lambda: dataset_index_values(dataset),
+        )
     except (ValueError, FileNotFoundError) as err:
         raise CobaRefusal(f"coba.prior_*: {err}") from err
-    return records
 
 
 class CobaDataLoader(StatefulDataLoader):
