@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "coba_verl"
 #: Where the test install puts TRL, apart from the environment veRL runs in (tests/trl/conftest.py).
 TRL_SITE = ROOT / ".trl-site"
+#: Where the test install puts OpenRLHF, apart as well (tests/openrlhf/conftest.py).
+OPENRLHF_SITE = ROOT / ".openrlhf-site"
 PROJECT = "coba-verl"
 
 #: Which install brings each part of the package: "" is the base install (numpy only).
@@ -49,6 +51,7 @@ EXTRA_OF = {
     "coba_verl.arithmetic": "trl",  # torch, transformers, tokenizers: the lab's and veRL's bring them too
     "coba_verl.decoding": "trl",  # torch and transformers
     "coba_verl.trl": "trl",
+    "coba_verl.openrlhf": "openrlhf",
 }
 #: Scripts and test folders outside the package, and the extras they run with.
 SCRIPT_EXTRAS = {
@@ -56,6 +59,7 @@ SCRIPT_EXTRAS = {
     "bench": ("test",),
     "tests": ("test",),
     "tests/trl": ("test", "trl"),  # TRL from .trl-site
+    "tests/openrlhf": ("test", "openrlhf"),  # OpenRLHF from .openrlhf-site
 }
 #: Imports that are probes, not needs: (module, imported top-level name).
 PROBES = {
@@ -152,7 +156,7 @@ def _part(module: str) -> str:
 @cache
 def _distributions() -> dict[str, metadata.Distribution]:
     """Installed distributions by canonical name, TRL's apart folder included."""
-    path = [*sys.path, str(TRL_SITE)]
+    path = [*sys.path, str(TRL_SITE), str(OPENRLHF_SITE)]
     out: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions(path=path):
         out.setdefault(canonicalize_name(dist.metadata["Name"] or ""), dist)
@@ -236,10 +240,12 @@ def test_every_module_belongs_to_an_extra_that_exists() -> None:
         assert EXTRA_OF[_part(module)] in extras | {""}, module
 
 
-@pytest.mark.parametrize("extra", ["verl", "lab", "trl"])
+@pytest.mark.parametrize("extra", ["verl", "lab", "trl", "openrlhf"])
 def test_each_extra_brings_what_its_modules_import(extra: str) -> None:
     if extra == "trl" and "trl" not in _distributions():
         pytest.skip('TRL is not installed here (pip install --no-deps --target .trl-site "trl>=1.16,<1.17")')
+    if extra == "openrlhf" and "openrlhf" not in _distributions():
+        pytest.skip("OpenRLHF is not installed here (.ci/run installs it into .openrlhf-site)")
     starts = _starts(extra)
     needs = _needs(starts)
     for script, extras in SCRIPT_EXTRAS.items():
@@ -275,7 +281,8 @@ def test_the_veRL_extras_bring_no_trl() -> None:
 def test_the_test_suite_and_bench_import_only_what_their_installs_bring() -> None:
     local = {p.stem for p in (ROOT / "tests").rglob("*.py")}
     for folder, extras in SCRIPT_EXTRAS.items():
-        if not (ROOT / folder).is_dir() or ("trl" in extras and "trl" not in _distributions()):
+        missing = [e for e in ("trl", "openrlhf") if e in extras and e not in _distributions()]
+        if not (ROOT / folder).is_dir() or missing:
             continue
         others = [ROOT / f for f, _ in SCRIPT_EXTRAS.items() if f != folder and f.startswith(folder + "/")]
         needs: dict[str, set[str]] = {}

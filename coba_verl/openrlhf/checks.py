@@ -1,0 +1,214 @@
+"""What coba-verl's OpenRLHF trainer extends, what it refuses, and the coba flags it adds.
+
+`check_openrlhf_api` runs when `coba_verl.openrlhf` is imported: a renamed or re-signed OpenRLHF
+method would otherwise be silently never called (budgets would stop reaching the rollout engines, or
+the tracker would stop learning). `check_args` runs on OpenRLHF's parsed arguments before Ray
+starts. Rules the core already checks are not repeated: ``min_rollouts >= 2`` and the knob ranges
+are `CobaConfig`'s, budget feasibility is `coba_verl.core.check_budget`'s and the id rules are
+`PromptIdMap`'s; this module only words them in OpenRLHF's flags.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+from dataclasses import fields
+from typing import Any
+
+from coba_verl.core import CobaConfig, check_budget
+
+__all__ = ["COBA_FLAG_PREFIX", "DEFAULT_ID_KEY", "EXTENDED", "check_args", "check_openrlhf_api", "coba_flags"]
+
+#: OpenRLHF 0.11's flags are dotted (``--rollout.n_samples_per_prompt``); coba's follow suit.
+COBA_FLAG_PREFIX = "--coba."
+#: Default prompt-dataset column holding each prompt's stable id (``--coba.id_key``).
+DEFAULT_ID_KEY = "prompt_id"
+TESTED_VERSION = "0.11.2"
+
+#: (module, class, method) -> the parameters coba-verl relies on, in order.
+EXTENDED: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator", "__init__"): (
+        "self",
+        "strategy",
+        "prompts_dataloader",
+        "eval_dataloader",
+        "tokenizer",
+        "vllm_engines",
+    ),
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator", "generate_samples"): (
+        "self",
+        "generate_kwargs",
+    ),
+    ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator", "_dispatch_prompts_to_vllm"): (
+        "self",
+        "prompts",
+        "labels",
+        "images",
+        "generate_kwargs",
+    ),
+    (
+        "openrlhf.trainer.ppo_utils.samples_generator",
+        "SamplesGenerator",
+        "_process_response_into_experience",
+    ): (
+        "self",
+        "response",
+        "generate_kwargs",
+    ),
+    ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker", "__init__"): (
+        "self",
+        "actor_model_group",
+        "critic_model_group",
+        "reward_model_group",
+        "initial_model_group",
+        "kl_controller",
+        "strategy",
+        "tokenizer",
+        "kwargs",
+    ),
+    ("openrlhf.trainer.ppo_utils.experience_maker", "RemoteExperienceMaker", "make_experience"): (
+        "self",
+        "samples_list",
+    ),
+    (
+        "openrlhf.trainer.ppo_utils.experience_maker",
+        "RemoteExperienceMaker",
+        "compute_advantages_and_returns",
+    ): (
+        "self",
+        "experiences",
+    ),
+    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer", "train_step"): (
+        "self",
+        "rollout_samples",
+        "global_step",
+    ),
+    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer", "save_logs_and_checkpoints"): (
+        "self",
+        "global_step",
+        "logs_dict",
+        "client_states",
+    ),
+    ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer", "init_checkpoint_states"): ("self",),
+}
+
+
+def check_openrlhf_api() -> None:
+    """Refuse to load against an OpenRLHF whose classes lack a method we extend or changed its parameters.
+
+    Also checks the two routes the entry point takes: `PPOTrainer` is a Ray actor class whose
+    Python class is reachable (Ray refuses a direct subclass), and ``cli/train_ppo_ray.train``
+    imports ``PPOTrainer`` by module name when called (so that our class can stand in for it).
+
+    Raises:
+        ImportError: naming the method, the signature found and the one expected.
+    """
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+
+    try:
+        version = importlib.metadata.version("openrlhf")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    fix = f"(tested with OpenRLHF {TESTED_VERSION}). Install it: pip install 'openrlhf=={TESTED_VERSION}'."
+    for (module, cls_name, name), expected in EXTENDED.items():
+        cls = getattr(importlib.import_module(module), cls_name)
+        method = getattr(cls, name, None)
+        if method is None:
+            raise ImportError(
+                f"OpenRLHF {version}: {cls_name}.{name} does not exist; coba-verl extends it {fix}"
+            )
+        # Ray's tracing hook adds _ray_trace_ctx to the methods of an actor class (PPOTrainer's bases).
+        found = tuple(p for p in inspect.signature(method).parameters if p != "_ray_trace_ctx")
+        if found != expected:
+            raise ImportError(
+                f"OpenRLHF {version}: {cls_name}.{name}{inspect.signature(method)} differs from the "
+                f"({', '.join(expected)}) that coba-verl extends {fix}"
+            )
+    try:
+        _ = ppo_trainer.PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
+    except AttributeError:
+        raise ImportError(
+            f"OpenRLHF {version}: PPOTrainer is no longer a Ray actor class whose Python class coba-verl can "
+            f"subclass {fix}"
+        ) from None
+    # Read, not imported: the entry point runs that module as __main__.
+    with open(importlib.util.find_spec("openrlhf.cli.train_ppo_ray").origin, encoding="utf-8") as f:
+        cli_source = f.read()
+    if "    from openrlhf.trainer.ppo_trainer import PPOTrainer" not in cli_source:
+        raise ImportError(
+            f"OpenRLHF {version}: cli/train_ppo_ray.train no longer imports PPOTrainer when called, so "
+            f"coba-verl's trainer cannot stand in for it {fix}"
+        )
+
+
+def coba_flags() -> dict[str, Any]:
+    """``--coba.<field>`` for every `CobaConfig` field, plus ``--coba.id_key``: flag -> default."""
+    out = {f"{COBA_FLAG_PREFIX}{f.name}": f.default for f in fields(CobaConfig)}
+    out[f"{COBA_FLAG_PREFIX}id_key"] = DEFAULT_ID_KEY
+    return out
+
+
+def window_size(args: Any) -> int:
+    """M, the prompts of one training window: what OpenRLHF draws per generation call."""
+    return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
+
+
+def check_args(args: Any, coba: CobaConfig) -> None:
+    """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
+
+    Raises:
+        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; ``--coba.group_weight``
+            other than tokens and pass-rate priors (not built for OpenRLHF); no rollout
+            engine (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples
+            no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
+    """
+    if args.train.async_enable:
+        raise ValueError(
+            "--train.async_enable is not supported with CoBA budgets: OpenRLHF's async trainer "
+            "(trainer/ppo_trainer_async.py) runs generation in its own actor, one window ahead of training, "
+            "so the budgets of a window would be chosen before the previous window's pass rates reach the "
+            "tracker, and it over-samples prompts (--rollout.vllm_generate_batch_size) and resumes partial "
+            "rollouts outside the window's budget. Drop --train.async_enable (and "
+            "--train.partial_rollout_enable)."
+        )
+    if args.algo.dynamic_filtering_enable:
+        raise ValueError(
+            "--algo.dynamic_filtering_enable is not supported with CoBA budgets: OpenRLHF drops a prompt "
+            "whose mean score falls outside --algo.dynamic_filtering_range and dispatches a replacement "
+            "prompt with --rollout.n_samples_per_prompt samples, outside the window's allocation, and the "
+            "dropped group's scores never reach the tracker. CoBA already moves budget away from prompts "
+            "whose groups would carry no signal; drop --algo.dynamic_filtering_enable."
+        )
+    if coba.group_weight != "tokens":
+        raise ValueError(
+            f"--coba.group_weight={coba.group_weight!r} is not built for OpenRLHF: its policy loss "
+            "(--actor.loss_agg_mode) weighs samples by tokens and coba-verl does not reweight it per group "
+            "there. Leave --coba.group_weight at 'tokens'."
+        )
+    for name in ("prior_field", "prior_file"):
+        if getattr(coba, name) is not None:
+            raise ValueError(
+                f"--coba.{name}={getattr(coba, name)!r} is not built for OpenRLHF: pass-rate priors are read "
+                f"from veRL's and TRL's datasets only, so epoch 1 here is uniform. Drop --coba.{name}."
+            )
+    if not args.vllm.num_engines:
+        raise ValueError(
+            f"--vllm.num_engines={args.vllm.num_engines!r}: CoBA budgets are sent to OpenRLHF's rollout "
+            "engines, one request per prompt with its budget; OpenRLHF cannot generate without one "
+            "(samples_generator.py indexes the engine list). Set --vllm.num_engines 1 or more."
+        )
+    n, m = int(args.rollout.n_samples_per_prompt), window_size(args)
+    check_budget(
+        m,
+        m * n,
+        coba.min_rollouts,
+        coba.max_rollouts,
+        total_name="--rollout.n_samples_per_prompt * prompts",
+        low_name="--coba.min_rollouts",
+        up_name="--coba.max_rollouts",
+        fix=(
+            f" --rollout.n_samples_per_prompt={n} is the mean budget per prompt of a window of {m} prompts; "
+            "set it between --coba.min_rollouts and --coba.max_rollouts, or move the bounds."
+        ),
+    )

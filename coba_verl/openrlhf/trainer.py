@@ -1,0 +1,195 @@
+"""`CobaPPOTrainer`: OpenRLHF 0.11.2's `PPOTrainer` Ray actor with CoBA per-prompt budgets.
+
+`PPOTrainer` is declared with ``@ray.remote``, and Ray refuses a direct subclass of an actor class
+(``ray/actor.py``), so the Python class behind it is subclassed
+(``PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__``) and wrapped in ``ray.remote``
+again. After upstream's ``__init__`` it installs:
+
+    samples_generator  `CobaSamplesGenerator` (one request per prompt with n = B_i)
+    experience_maker   `CobaExperienceMaker` (group baselines over the window's groups)
+    allocator          the core `BudgetAllocator`, keyed by the prompt dataset's ``--coba.id_key``
+
+and extends three `BasePPOTrainer` methods: `train_step` (feeds the tracker with the window's raw
+scores and adds the ``coba/...`` metrics to the step's status, which OpenRLHF logs to wandb /
+tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's state goes into the
+actor checkpoint's ``client_states``) and `init_checkpoint_states` (restores it on
+``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import ray
+from openrlhf.datasets.utils import blending_datasets
+from openrlhf.trainer.ppo_trainer import PPOTrainer
+from openrlhf.utils.logging_utils import init_logger
+
+from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.core.metrics import step_metrics
+from coba_verl.core.prompt_ids import PromptIdMap
+from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
+from coba_verl.openrlhf.groups import CobaExperienceMaker
+
+__all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
+
+logger = init_logger(__name__)
+
+#: Key of the allocator's state in OpenRLHF's checkpoint ``client_states``.
+STATE_KEY = "coba_allocator"
+
+_UpstreamPPOTrainer = PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
+
+
+def prompt_id_map(strategy: Any, num_rows: int, id_key: str) -> tuple[PromptIdMap, np.ndarray]:
+    """The prompt dataset's ``id_key`` column, loaded as OpenRLHF's `prepare_datasets` loads the rows.
+
+    Returns:
+        (map, ids): the checked id map, and (num_rows,) int64 tracker ids of the rows of OpenRLHF's
+        `PromptDataset`, in its order.
+
+    Raises:
+        ValueError: the column is missing, the row counts differ, and `PromptIdMap`'s refusals
+            (two rows with one id: their pass rates would be merged).
+    """
+    args = strategy.args
+    data = blending_datasets(
+        args.data.prompt_dataset,
+        args.data.prompt_probs,
+        strategy,
+        args.train.seed,
+        max_count=args.data.max_samples,
+        dataset_split=args.data.prompt_split,
+    )
+    data = data.select(range(min(args.data.max_samples, len(data))))  # as prepare_datasets
+    if id_key not in data.column_names:
+        raise ValueError(
+            f"--data.prompt_dataset has no column {id_key!r} (columns: {data.column_names}). CoBA keys each "
+            f"prompt's pass rate by a stable id, not by its text (identical prompts must stay apart): add a "
+            f"column of unique ids, e.g. the row number, or name yours with --coba.id_key."
+        )
+    if len(data) != num_rows:
+        raise ValueError(f"the prompt dataset read {len(data)} rows for ids but OpenRLHF's has {num_rows}.")
+    values = list(data[id_key])
+    id_map = PromptIdMap(
+        values,
+        name=id_key,
+        repeated_hint=(
+            f"(--data.prompt_dataset column {id_key!r}; their pass rates would be merged). Give every row a "
+            "unique id, e.g. its row number."
+        ),
+    )
+    return id_map, id_map.ids(values)
+
+
+class CobaPPOTrainerClass(_UpstreamPPOTrainer):
+    """The Python class of `CobaPPOTrainer` (see the module docstring)."""
+
+    def __init__(
+        self,
+        pretrain,
+        strategy,
+        actor_model_group,
+        critic_model_group,
+        reward_model_group,
+        reference_model_group,
+        vllm_engines,
+        **generate_kwargs,
+    ) -> None:
+        super().__init__(
+            pretrain,
+            strategy,
+            actor_model_group,
+            critic_model_group,
+            reward_model_group,
+            reference_model_group,
+            vllm_engines,
+            **generate_kwargs,
+        )
+        coba = strategy.args.coba  # set by coba_verl.openrlhf.train
+        self.coba_config = CobaConfig(**coba["config"])
+        dataset = self.prompts_dataloader.dataset
+        id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"])
+        dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
+        self.id_fingerprint = id_map.fingerprint
+        self.allocator = BudgetAllocator(self.coba_config, id_map.num_prompts)
+        self.samples_generator = CobaSamplesGenerator(
+            strategy=strategy,
+            prompts_dataloader=self.prompts_dataloader,
+            eval_dataloader=self.eval_dataloader,
+            tokenizer=self.tokenizer,
+            vllm_engines=vllm_engines,
+            allocator=self.allocator,
+        )
+        self.experience_maker = CobaExperienceMaker(
+            self.actor_model_group,
+            self.critic_model_group,
+            self.reward_model_group,
+            self.reference_model_group,
+            self.kl_ctl,
+            self.strategy,
+            self.tokenizer,
+        )
+        #: The budgets of every window so far, as (ids, budgets) lists (for tests and reports).
+        self.coba_history: list[tuple[list[int], list[int]]] = []
+
+    def train_step(self, rollout_samples, global_step):
+        window = self.samples_generator.last_window
+        self.experience_maker.window = window
+        status, next_step = super().train_step(rollout_samples, global_step)
+        rollout_ids = window.ids[window.group]  # (N,) tracker id of each sample
+        self.allocator.observe(rollout_ids, self.experience_maker.raw_scores)
+        status.update(step_metrics(window.allocation, self.allocator.end_step()))
+        self.coba_history.append((window.ids.tolist(), window.budgets.tolist()))
+        logger.info(
+            "coba step %d: tracker ids %s budgets %s", next_step, window.ids.tolist(), window.budgets.tolist()
+        )
+        return status, next_step
+
+    def get_coba_history(self) -> list[tuple[list[int], list[int]]]:
+        return self.coba_history
+
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        client_states = dict(client_states or {})
+        client_states[STATE_KEY] = json.dumps(
+            {"fingerprint": self.id_fingerprint, "state": self.allocator.state_dict()}, default=_jsonable
+        )
+        return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
+    def init_checkpoint_states(self):
+        states = super().init_checkpoint_states()
+        saved = states.get(STATE_KEY)
+        if saved is None:
+            if states.get("global_step", 0) > 0:
+                logger.warning("the checkpoint has no %s: the tracker starts empty", STATE_KEY)
+            return states
+        saved = json.loads(saved)
+        if saved["fingerprint"] != self.id_fingerprint:
+            raise ValueError(
+                "the checkpoint's allocator state was written for a prompt dataset whose ids differ from "
+                "this run's (id-map fingerprint mismatch); resume with the same --data.prompt_dataset and "
+                "--coba.id_key, or start without --ckpt.load_enable."
+            )
+        self.allocator.load_state_dict(_from_jsonable(saved["state"]))
+        return states
+
+
+CobaPPOTrainer = ray.remote(CobaPPOTrainerClass)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in the allocator checkpoint")
+
+
+def _from_jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return np.asarray(value["__ndarray__"], dtype=value["dtype"])
+        return {k: _from_jsonable(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,1 @@
+"""Test scaffolding: import stub (see flash_attn/__init__.py)."""

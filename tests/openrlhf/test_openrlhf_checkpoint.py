@@ -1,0 +1,66 @@
+"""The allocator's state in OpenRLHF's checkpoint ``client_states``: a resume allocates as the run would.
+
+OpenRLHF's own save and load (`BasePPOTrainer.save_logs_and_checkpoints`, `init_checkpoint_states`)
+are replaced by a dict here; the real round trip through DeepSpeed runs in test_openrlhf_e2e.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coba_verl.core import BudgetAllocator, CobaConfig
+
+
+def trainer(orl, allocator, fingerprint="f"):
+    from coba_verl.openrlhf.trainer import CobaPPOTrainerClass
+
+    obj = object.__new__(CobaPPOTrainerClass)
+    obj.allocator, obj.id_fingerprint = allocator, fingerprint
+    return obj
+
+
+def steps(allocator, rng, count):
+    """``count`` steps over 6 prompts: allocate 24 samples, observe 0/1 scores; the budgets of each."""
+    out = []
+    ids = np.arange(6)
+    p = np.array([0.0, 0.1, 0.4, 0.5, 0.9, 1.0])
+    for _ in range(count):
+        budgets = allocator.allocate(ids, 24).budgets
+        rollout_ids = np.repeat(ids, budgets)
+        allocator.observe(rollout_ids, (rng.random(rollout_ids.size) < p[rollout_ids]).astype(float))
+        allocator.end_step()
+        out.append(budgets.tolist())
+    return out
+
+
+@pytest.fixture
+def upstream_store(orl, monkeypatch):
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    store = {}
+    monkeypatch.setattr(
+        BasePPOTrainer, "save_logs_and_checkpoints", lambda self, step, logs, states: store.update(states)
+    )
+    monkeypatch.setattr(BasePPOTrainer, "init_checkpoint_states", lambda self: dict(store))
+    return store
+
+
+def test_resume_reproduces_the_allocations(orl, upstream_store):
+    config = CobaConfig(max_rollouts=12)
+    run = BudgetAllocator(config, 6)
+    first = steps(run, np.random.default_rng(0), 3)
+    trainer(orl, run).save_logs_and_checkpoints(3, {}, {"global_step": 3})
+    after = steps(run, np.random.default_rng(1), 3)
+
+    resumed = BudgetAllocator(config, 6)
+    states = trainer(orl, resumed).init_checkpoint_states()
+    assert states["global_step"] == 3
+    assert steps(resumed, np.random.default_rng(1), 3) == after
+    assert len({tuple(b) for b in first + after}) > 1  # the budgets did move
+
+
+def test_resume_on_another_prompt_set_is_refused(orl, upstream_store):
+    trainer(orl, BudgetAllocator(CobaConfig(), 6), "a").save_logs_and_checkpoints(1, {}, {"global_step": 1})
+    with pytest.raises(ValueError, match="fingerprint mismatch"):
+        trainer(orl, BudgetAllocator(CobaConfig(), 6), "b").init_checkpoint_states()

@@ -1,0 +1,95 @@
+"""Real OpenRLHF GRPO runs on CPU through ``python -m coba_verl.openrlhf.train`` (tiny_run.py).
+
+OpenRLHF's CLI, Ray orchestration, SamplesGenerator dispatch, executor and reward-function loading,
+experience maker, DeepSpeed (ZeRO-0) update and checkpointing run unmodified; the scaffolding
+(tests/openrlhf/scaffold) stands in for vLLM and makes CUDA calls harmless. One run of three steps
+with a checkpoint per step (in CI), then a resume from its step-1 checkpoint (``-m e2e``): one to two
+minutes each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+STEP = re.compile(r"coba step (\d+): tracker ids \[([\d, ]*)\] budgets \[([\d, ]*)\]")
+
+
+def windows(output: str) -> dict[int, dict[int, int]]:
+    """step -> {tracker id: budget}, from the trainer's one line per step."""
+    out = {}
+    for step, ids, budgets in STEP.findall(output):
+        ids_l = [int(x) for x in ids.split(",")]
+        out[int(step)] = dict(zip(ids_l, (int(x) for x in budgets.split(",")), strict=True))
+    return out
+
+
+def scalars(tb_dir) -> dict[str, list[float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def tb_run(out):
+    runs = [p.parent for p in (out / "tb").rglob("events.out.tfevents.*")]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def coba_run(tiny_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("coba")
+    inputs = tiny_run.write_inputs(out / "inputs")
+    flags = tiny_run.openrlhf_flags(inputs, out, episodes=3) + [
+        "--coba.strategy",
+        "coba",
+        "--coba.max_rollouts",
+        "8",
+    ]
+    proc = tiny_run.launch(flags)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return out, inputs, flags, proc.stdout + proc.stderr
+
+
+def test_coba_run_trains_with_per_prompt_budgets(coba_run):
+    out, _, _, log = coba_run
+    steps = windows(log)
+    assert sorted(steps) == [1, 2, 3]
+    assert list(steps[1].values()) == [4, 4, 4, 4]  # no history yet: uniform (spec §2)
+    for budgets in steps.values():
+        assert sum(budgets.values()) == 16 and all(2 <= b <= 8 for b in budgets.values())
+    assert any(len(set(b.values())) > 1 for b in (steps[2], steps[3]))  # the tracker moved budgets
+    logged = scalars(tb_run(out))
+    for key in ("coba/budget_mean", "coba/budget_max", "coba/F_bar", "coba/prompt_mean_score"):
+        assert any(tag.endswith(key) for tag in logged), sorted(logged)
+    [samples] = [v for tag, v in logged.items() if tag.endswith("rollout/num_samples")]
+    assert samples == [16.0, 16.0, 16.0]
+    [loss] = [v for tag, v in logged.items() if tag.endswith("policy_loss")]
+    assert len(loss) == 3
+    assert (out / "final" / "model.safetensors").exists() or any((out / "final").iterdir())
+
+
+@pytest.mark.e2e_extended  # a second launch, about 1.5 min: CI runs test_openrlhf_checkpoint.py instead
+def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny_run, tmp_path):
+    """The run's checkpoints after step 1, as a run killed after that save leaves them, then a resume."""
+    out, _, flags, log = coba_run
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(out / "ckpt", ckpt)
+    (ckpt / "_actor" / "latest").write_text("global_step1")
+    resumed_flags = [*flags, "--ckpt.load_enable"]
+    resumed_flags[resumed_flags.index("--ckpt.path") + 1] = str(ckpt)
+    resumed_flags[resumed_flags.index("--logger.tensorboard_dir") + 1] = str(tmp_path / "tb")
+    resumed_flags[resumed_flags.index("--ckpt.output_dir") + 1] = str(tmp_path / "final")
+    proc = tiny_run.launch(resumed_flags)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    again = windows(proc.stdout + proc.stderr)
+    assert sorted(again) == [2, 3]
+    first = windows(log)
+    assert again == {2: first[2], 3: first[3]}
+

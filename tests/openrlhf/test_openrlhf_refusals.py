@@ -1,0 +1,106 @@
+"""Every refusal of ``python -m coba_verl.openrlhf.train``, through OpenRLHF's real argument parser.
+
+A refused setting stops the launch with one line naming the flag, exit status 2, before Ray starts.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+
+def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
+    from coba_verl.openrlhf.train import main
+
+    flags = tiny_run.openrlhf_flags(
+        {"model": tmp_path / "m", "data": tmp_path / "d.jsonl", "reward": tmp_path / "r.py"}, tmp_path
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main([*flags, *extra])
+    assert exit_info.value.code == 2
+    import ray
+
+    assert not ray.is_initialized()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("coba-verl: ")
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "why"),
+    [
+        (["--train.async_enable"], "--train.async_enable", "one window ahead of training"),
+        (
+            ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1"],
+            "--algo.dynamic_filtering_enable",
+            "outside the window's allocation",
+        ),
+        (["--vllm.num_engines", "0"], "--vllm.num_engines=0", "Set --vllm.num_engines 1 or more"),
+        (["--coba.max_rollouts", "3"], "--coba.max_rollouts=3", "mean budget per prompt"),
+        (["--coba.min_rollouts", "1"], "coba.min_rollouts=1", "has no baseline"),
+        (["--coba.strategy", "greedy"], "coba.strategy='greedy'", "choose one of"),
+        (["--coba.group_weight", "equal"], "--coba.group_weight='equal'", "not built for OpenRLHF"),
+        (["--coba.prior_file", "p.jsonl"], "--coba.prior_file='p.jsonl'", "epoch 1 here is uniform"),
+    ],
+)
+def test_refused_settings_name_the_flag(orl, tiny_run, tmp_path, capsys, extra, flag, why):
+    line = refusal(orl, tiny_run, tmp_path, capsys, extra)
+    assert flag in line and why in line
+
+
+def test_unknown_coba_flag_is_an_argparse_error(orl):
+    from coba_verl.openrlhf.train import parse_coba_flags
+
+    with pytest.raises(SystemExit):
+        parse_coba_flags(["--coba.kapa", "3"])
+    cfg, id_key, rest = parse_coba_flags(["--coba.tau", "none", "--coba.kappa", "7", "--x.y", "1"])
+    assert (cfg.tau, cfg.kappa, id_key, rest) == (None, 7.0, "prompt_id", ["--x.y", "1"])
+
+
+def strategy_for(path, **data):
+    ns = SimpleNamespace
+    args = ns(
+        data=ns(prompt_dataset=str(path), prompt_probs=None, max_samples=1e8, prompt_split="train", **data),
+        train=ns(seed=0),
+    )
+    return ns(args=args, print=lambda *a: None, is_rank_0=lambda: True)
+
+
+def test_prompt_ids_come_from_the_id_column_not_the_text(orl, tmp_path):
+    from coba_verl.openrlhf.trainer import prompt_id_map
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"input": "1+1=", "prompt_id": 7}\n{"input": "1+1=", "prompt_id": 3}\n')
+    id_map, ids = prompt_id_map(strategy_for(path), 2, "prompt_id")
+    assert id_map.num_prompts == 2 and ids.tolist() == [1, 0]  # same text, two prompts
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ('{"input": "a", "prompt_id": 1}\n{"input": "b", "prompt_id": 1}\n', "rows 0 and 1 both have"),
+        ('{"input": "a"}\n{"input": "b"}\n', "has no column 'prompt_id'"),
+    ],
+)
+def test_prompt_id_column_refusals(orl, tmp_path, rows, message):
+    from coba_verl.openrlhf.trainer import prompt_id_map
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(rows)
+    with pytest.raises(ValueError, match=message):
+        prompt_id_map(strategy_for(path), 2, "prompt_id")
+
+
+def test_api_check_names_a_changed_method(orl, monkeypatch):
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    from coba_verl.openrlhf.checks import check_openrlhf_api
+
+    check_openrlhf_api()
+    monkeypatch.setattr(SamplesGenerator, "generate_samples", lambda self, batch: None)
+    with pytest.raises(ImportError, match=r"SamplesGenerator.generate_samples\(self, batch\) differs"):
+        check_openrlhf_api()
+    monkeypatch.delattr(SamplesGenerator, "generate_samples")
+    with pytest.raises(ImportError, match="generate_samples does not exist"):
+        check_openrlhf_api()
