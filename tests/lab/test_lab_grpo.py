@@ -9,6 +9,10 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
+from coba_verl.arithmetic.model import response_logprobs
+from coba_verl.arithmetic.task import Split
+from coba_verl.arithmetic.tokenizer import build_tokenizer, encode_prompts
+from coba_verl.arithmetic.warmstart import encode_answers
 from coba_verl.lab import runner
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import (
@@ -18,11 +22,7 @@ from coba_verl.lab.grpo import (
     outcome_rewards,
     zero_gradient_groups,
 )
-from coba_verl.arithmetic.model import response_logprobs
 from coba_verl.lab.runner import PASS_BINS, build_context, new_model, pass_histogram, train_run
-from coba_verl.arithmetic.task import Split
-from coba_verl.arithmetic.tokenizer import build_tokenizer, encode_prompts
-from coba_verl.arithmetic.warmstart import encode_answers
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 0}
 
