@@ -17,7 +17,8 @@ CI) leaves out the ones also marked ``e2e_extended``:
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
 * ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
   ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
-  runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``).
+  runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``); V1 with
+  ``coba.group_weight=equal`` for 3 steps, the advantages veRL trains against the dump's groups.
 
 Budgets are read back from veRL's own rollout dump (``trainer.rollout_data_dir``): the number
 of trained trajectories of each prompt in a step is its B_i.
@@ -265,3 +266,37 @@ def test_dapo_dynamic_sampling_trains_m_groups_with_signal_from_windows_of_m_tim
             assert s["coba/budget_mean"] == N
     assert sum(s["coba/windows"] for s in steps) >= 4  # more prompts drawn than the steps train
     assert max(s["coba/budget_std"] for s in steps if s["coba/windows"] > 0) > 0  # CoBA after epoch 1
+
+
+def grpo_advantage_range(out: Path, step: int, group_weight: str) -> tuple[float, float]:
+    """(min, max) of the advantages veRL should train at ``step``, recomputed from the rollout dump:
+    GRPO's (score - group mean) / (group std + 1e-6) (unbiased std; 0 for a group of one), times
+    `rollout_weights`' factor (R / G) / B_g under ``equal``."""
+    from coba_verl.core.group_weight import rollout_weights
+
+    groups = trained_groups(out, step)
+    uids = [uid for uid, rows in groups.items() for _ in rows]
+    factors = rollout_weights(np.asarray(uids), group_weight)
+    advantages = []
+    for rows in groups.values():
+        scores = np.array([row["score"] for row in rows], dtype=np.float64)
+        std = scores.std(ddof=1) if scores.size > 1 else 1.0
+        advantages += list((scores - scores.mean()) / (std + 1e-6) if scores.size > 1 else 0 * scores)
+    weighted = np.asarray(advantages) * factors
+    return float(weighted.min()), float(weighted.max())
+
+
+@pytest.mark.e2e_extended  # one more run of about 2 minutes; CI runs the scripted fit() tests
+def test_equal_group_weight_scales_the_advantages_veRL_trains_by_the_group_factor(tiny, tmp_path):
+    steps = train(
+        tiny, tmp_path, "coba.group_weight=equal",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+        "trainer.total_training_steps=3", "trainer.save_freq=-1",
+    )  # fmt: skip
+    assert steps[2]["coba/budget_std"] > 0  # step 3: budgets differ, so factors do
+    for s in steps:  # epoch 1: every factor is 1; step 3: (R / G) / B_g, as the dump's groups give
+        low, high = grpo_advantage_range(tmp_path, s["step"], "equal")
+        assert s["critic/advantages/min"] == pytest.approx(low, rel=1e-4, abs=1e-5), s["step"]
+        assert s["critic/advantages/max"] == pytest.approx(high, rel=1e-4, abs=1e-5), s["step"]
+    plain = grpo_advantage_range(tmp_path, 3, "tokens")
+    assert plain != pytest.approx(grpo_advantage_range(tmp_path, 3, "equal"))  # the check has teeth
