@@ -1,7 +1,8 @@
-"""`coba-verl` console script: one entry point, three sub-commands.
+"""`coba-verl` console script: one entry point, four sub-commands.
 
 coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
 coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
+coba-verl estimate .. each training prompt's pass rate, measured by veRL (coba_verl.estimate)
 coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
 coba-verl --version   the installed version
 """
@@ -18,6 +19,7 @@ from coba_verl import __version__
 COMMANDS = {
     "lab": ("coba_verl.lab.cli", "CPU lab: compare allocation strategies on a tiny model"),
     "train": ("coba_verl.main", "veRL GRPO training with CoBA-RL budgets (Hydra overrides)"),
+    "estimate": ("coba_verl.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
 }
 
@@ -25,6 +27,7 @@ COMMANDS = {
 NEEDS = {
     "lab": ("lab", ("torch", "transformers", "verl", "scipy", "matplotlib", "tqdm", "yaml")),
     "train": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
+    "estimate": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
     "data": ("verl", ("verl", "pyarrow", "datasets")),
 }
 
@@ -42,8 +45,9 @@ def missing_extra(name: str) -> str | None:
 
 
 def _usage() -> str:
-    lines = ["usage: coba-verl {lab,train,data} [args...]", "       coba-verl --version", "", "commands:"]
-    lines += [f"  {name:<7}{desc}" for name, (_, desc) in COMMANDS.items()]
+    lines = ["usage: coba-verl {lab,train,estimate,data} [args...]", "       coba-verl --version", ""]
+    lines += ["commands:"]
+    lines += [f"  {name:<10}{desc}" for name, (_, desc) in COMMANDS.items()]
     lines += ["", "Each command takes --help (train: a short usage; --help-full for veRL's whole config)."]
     return "\n".join(lines)
 

@@ -41,6 +41,8 @@ __all__ = [
     "check_accelerator",
     "check_inputs",
     "check_trl_conflict",
+    "data_files",
+    "is_remote",
     "local_model_path",
     "place_checkpoints",
     "refusals",
@@ -143,7 +145,7 @@ def check_trl_conflict(config: DictConfig) -> None:
     )
 
 
-def _files(value: Any) -> list[str]:
+def data_files(value: Any) -> list[str]:
     """``data.train_files`` / ``data.val_files`` as a list of strings (a str or a list in veRL)."""
     if value is None:
         return []
@@ -152,7 +154,7 @@ def _files(value: Any) -> list[str]:
     return [str(value)]
 
 
-def _is_remote(path: str) -> bool:
+def is_remote(path: str) -> bool:
     return "://" in path  # hdfs://, s3://, ...: veRL copies them; nothing to check here
 
 
@@ -162,7 +164,7 @@ def local_model_path(path: str) -> Path | None:
     Local-looking: absolute, ``~``, ``./`` or ``../``, or more than one ``/`` (a hub id is
     ``org/name``), or an existing folder.
     """
-    if _is_remote(path):
+    if is_remote(path):
         return None
     local = Path(path).expanduser()
     if path.startswith(("/", "~", "./", "../")) or path.count("/") > 1 or local.is_dir():
@@ -178,8 +180,8 @@ def place_checkpoints(config: DictConfig) -> None:
     """``trainer.default_local_dir: null`` -> ``<first training file's folder>/checkpoints/<experiment>``."""
     if OmegaConf.select(config, "trainer.default_local_dir") is not None:
         return
-    train = _files(config.data.train_files)
-    if not train or _is_remote(train[0]):
+    train = data_files(config.data.train_files)
+    if not train or is_remote(train[0]):
         raise CobaRefusal(
             f"trainer.default_local_dir=null puts checkpoints next to data.train_files, but "
             f"data.train_files={train} has no local folder; set trainer.default_local_dir."
@@ -237,8 +239,8 @@ def check_inputs(config: DictConfig) -> None:
         CobaRefusal: naming the file (and, for the index, its first row without one) and the fix.
     """
     for key in ("data.train_files", "data.val_files"):
-        for path in _files(OmegaConf.select(config, key)):
-            if not _is_remote(path) and not Path(path).expanduser().is_file():
+        for path in data_files(OmegaConf.select(config, key)):
+            if not is_remote(path) and not Path(path).expanduser().is_file():
                 raise CobaRefusal(_missing_file_message(key, path, config))
     model = str(OmegaConf.select(config, "actor_rollout_ref.model.path"))
     local = local_model_path(model)
@@ -258,8 +260,8 @@ def check_inputs(config: DictConfig) -> None:
             '({"index": ..., "successes": ..., "attempts": ...} or {"index": ..., "pass_rate": ...}), '
             "or coba.prior_file=null."
         )
-    for path in _files(config.data.train_files):
-        if _is_remote(path):
+    for path in data_files(config.data.train_files):
+        if is_remote(path):
             continue
         row = first_row_without_index(Path(path).expanduser())
         if row is not None:

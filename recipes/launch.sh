@@ -13,6 +13,10 @@
 #   PROJECT          trainer.project_name                                         [coba-verl]
 #   EXPERIMENT       trainer.experiment_name              [<task>-<setting>-<strategy>-<rollout>]
 #   PYTHON           the interpreter                                                [python3]
+#   ESTIMATE=FILE    instead of training, measure every training prompt's pass rate with the same
+#                    config (coba-verl estimate) and write them to FILE; train with
+#                    coba.prior_file=FILE afterwards
+#   SAMPLES          generations per prompt for ESTIMATE                                      [8]
 #   DRY_RUN=1        print the command, one argument per line, instead of running it
 #   HYDRA_FULL_ERROR=1  full tracebacks through Hydra for errors that are not coba-verl's refusals
 #
@@ -28,6 +32,8 @@ PROJECT=${PROJECT:-coba-verl}
 PYTHON=${PYTHON:-python3}
 DRY_RUN=${DRY_RUN:-0}
 TRAINER=${TRAINER:-v1}
+ESTIMATE=${ESTIMATE:-}
+SAMPLES=${SAMPLES:-8}
 
 launch() {
   local task experiment
@@ -45,8 +51,12 @@ launch() {
       return 2
       ;;
   esac
+  local -a entry=(-m coba_verl.main)
+  if [[ -n "$ESTIMATE" ]]; then
+    entry=(-m coba_verl.estimate --output "$ESTIMATE" --samples "$SAMPLES")
+  fi
   local -a cmd=(
-    "$PYTHON" -m coba_verl.main
+    "$PYTHON" "${entry[@]}"
     --config-path "$RECIPE_DIR/config"
     --config-name "$SETTING"
     "coba.strategy=$STRATEGY"

@@ -109,3 +109,18 @@ def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "verl" else real(n, *a))
     assert cli.main(["train", "x=1"]) == 1
     assert 'pip install "coba-verl[verl]"' in capsys.readouterr().err
+
+
+def test_estimate_hands_its_flags_to_itself_and_the_rest_to_hydra(monkeypatch, tmp_path):
+    import sys
+
+    from coba_verl import estimate
+
+    seen = []
+    monkeypatch.setattr(estimate, "_entry", lambda: seen.append((estimate._REQUEST, list(sys.argv))))
+    monkeypatch.setattr(sys, "argv", ["coba-verl"])
+    out = tmp_path / "priors.jsonl"
+    assert cli.main(["estimate", "--output", str(out), "--cpu", "--samples", "3", "coba.kappa=7"]) == 0
+    (request, argv), = seen
+    assert (request.output, request.samples) == (out, 3)
+    assert argv == ["coba-verl estimate", "+coba_cpu=cpu", "coba.kappa=7"]

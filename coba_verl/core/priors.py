@@ -36,9 +36,12 @@ __all__ = [
     "apply_priors",
     "column_rows",
     "combine",
+    "dotted_get",
+    "outcome_records",
     "parse_prior_field",
     "read_prior_file",
     "records_from_rows",
+    "write_prior_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,7 +81,8 @@ def parse_prior_field(spec: str) -> tuple[str, ...]:
     return names
 
 
-def _get(row: Mapping[str, Any], dotted: str) -> Any:
+def dotted_get(row: Mapping[str, Any], dotted: str) -> Any:
+    """``row["a"]["b"]`` for ``dotted="a.b"``; None when any part is missing."""
     value: Any = row
     for part in dotted.split("."):
         if not isinstance(value, Mapping) or part not in value:
@@ -140,7 +144,7 @@ def records_from_rows(
     values: list[tuple[Any, ...]] = []
     without = 0
     for row, idx in zip(rows, index_values, strict=True):
-        got = tuple(_get(row, name) for name in names)
+        got = tuple(dotted_get(row, name) for name in names)
         if any(v is None for v in got):
             without += 1
             continue
@@ -193,6 +197,51 @@ def read_prior_file(path: str | Path, weight: int) -> PriorRecords:
     s1, a1 = _checked(index, succ, att, source)
     s2, a2 = _from_rates(rate_index, rates, weight, source)
     return PriorRecords(index + rate_index, np.concatenate([s1, s2]), np.concatenate([a1, a2]), source)
+
+
+def outcome_records(
+    index: Iterable[Any], scores: Iterable[float], success_value: float, source: str
+) -> PriorRecords:
+    """One record per distinct index from scored samples: successes = #{score == success_value}.
+
+    The same success rule as the tracker's (spec §2, `CobaConfig.success_value`). Records are in
+    the order each index first appears.
+
+    Args:
+        index: each sample's prompt index.
+        scores: each sample's score, aligned with ``index``.
+        success_value: the score of a success.
+        source: where the samples come from (for messages).
+    """
+    successes: dict[Any, int] = {}
+    attempts: dict[Any, int] = {}
+    for value, score in zip(index, scores, strict=True):
+        attempts[value] = attempts.get(value, 0) + 1
+        successes[value] = successes.get(value, 0) + int(float(score) == float(success_value))
+    keys = list(attempts)
+    return PriorRecords(
+        keys,
+        np.asarray([successes[k] for k in keys], dtype=np.int64),
+        np.asarray([attempts[k] for k in keys], dtype=np.int64),
+        source,
+    )
+
+
+def write_prior_file(path: str | Path, records: PriorRecords) -> Path:
+    """Write ``records`` as the JSON lines `read_prior_file` reads: ``{"index", "successes", "attempts"}``."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps({"index": _plain(i), "successes": int(s), "attempts": int(a)})
+        for i, s, a in zip(records.index, records.successes, records.attempts, strict=True)
+    ]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as its Python value (JSON), anything else unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def combine(first: PriorRecords, second: PriorRecords) -> PriorRecords:

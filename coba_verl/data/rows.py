@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coba_verl.core.priors import dotted_get as _get
 from coba_verl.data.formats import AnswerKind, gold_response, parse_answer, question_text, render_prompt
 from coba_verl.data.reward import compute_score, score_value
 from coba_verl.data.sources import SourceSpec
@@ -84,16 +85,6 @@ class Built:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     n_read: int = 0
-
-
-def _get(row: Mapping[str, Any], name: str) -> Any:
-    """``row["a"]["b"]`` for ``name="a.b"``; ``None`` when any part is missing."""
-    value: Any = row
-    for part in name.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _has_column(columns: Iterable[str], name: str) -> bool:

@@ -23,6 +23,9 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
                              for an engine that ignores budgets).
 ``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
                              budget range, alpha/beta, prompt mean score, held-out when measured.
+``on_validate_begin/_end``   for a validation-only run (``trainer.val_only``, e.g. ``coba-verl
+                             estimate``), a progress bar in generations over veRL's validation
+                             loader (`progress.CountingLoader`), and the loader put back after.
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
                              for the next step) and the ``coba/`` metrics. ``fit()`` writes the
                              checkpoint after ``step`` returns, so data.pt holds the updated tracker
@@ -63,6 +66,7 @@ from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
+from coba_verl.verl_plugin.progress import CountingLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
 from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs
 
@@ -78,6 +82,8 @@ EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
     "_compute_advantage": ("self", "batch", "metrics"),
     "step": ("self", "metrics", "timing_raw"),
     "_compute_metrics": ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
+    "on_validate_begin": ("self",),
+    "on_validate_end": ("self",),
 }
 
 
@@ -279,6 +285,19 @@ class CobaTrainer(PPOTrainerSync):
         metrics[PREFIX + "plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
         self._plugin_time_s = 0.0
         return batch
+
+    def on_validate_begin(self) -> None:
+        """veRL's hook; in a validation-only run, count the generations as they finish."""
+        super().on_validate_begin()
+        if self.config.trainer.get("val_only", False) and not isinstance(self.val_dataloader, CountingLoader):
+            samples = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
+            self.val_dataloader = CountingLoader(self.val_dataloader, len(self.val_dataset), samples)
+
+    def on_validate_end(self) -> None:
+        """veRL's hook; veRL's own validation loader back in place."""
+        if isinstance(self.val_dataloader, CountingLoader):
+            self.val_dataloader = self.val_dataloader.loader
+        super().on_validate_end()
 
     def _compute_metrics(
         self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int

@@ -300,3 +300,57 @@ def test_equal_group_weight_scales_the_advantages_veRL_trains_by_the_group_facto
         assert s["critic/advantages/max"] == pytest.approx(high, rel=1e-4, abs=1e-5), s["step"]
     plain = grpo_advantage_range(tmp_path, 3, "tokens")
     assert plain != pytest.approx(grpo_advantage_range(tmp_path, 3, "equal"))  # the check has teeth
+
+
+@pytest.mark.e2e_extended  # two more runs (about 2 minutes each): CI runs tests/verl_plugin/test_estimate.py
+def test_estimate_measures_every_prompt_with_veRL_and_a_run_with_the_priors_allocates_step_one_from_them(
+    tiny, tmp_path
+):
+    """``coba-verl estimate`` (veRL's validation pass over the training set, k = 4), then one step
+    of coba with ``coba.prior_file``: step 1's budgets are the allocator's from the measured priors."""
+    import pyarrow.parquet as pq
+
+    from coba_verl.arithmetic.tiny import compute_score
+    from coba_verl.core import BudgetAllocator, CobaConfig
+    from coba_verl.core.priors import apply_priors, read_prior_file
+    from coba_verl.core.prompt_ids import PromptIdMap
+
+    priors = tmp_path / "priors.jsonl"
+    estimate = ("-m", "coba_verl.estimate", "--output", str(priors), "--samples", str(N))
+    (tmp_path / "estimate").mkdir()
+    train(tiny, tmp_path / "estimate", script=estimate)
+    index = [row["index"] for row in pq.read_table(tiny / "train.parquet").column("extra_info").to_pylist()]
+    records = [json.loads(line) for line in priors.read_text().splitlines()]
+    assert [r["index"] for r in records] == index  # every training prompt, in row order
+    assert all(r["attempts"] == N for r in records)
+    dump = tmp_path / "priors.generations" / "0.jsonl"
+    dumped = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert len(dumped) == N * len(index)
+    for row in dumped:  # the score is the recipe's own reward of the generation
+        assert row["score"] == compute_score("coba_arithmetic", row["output"], row["gts"])
+    successes = Counter(json.loads(row["coba_index"]) for row in dumped if row["score"] == 1.0)
+    assert {r["index"]: r["successes"] for r in records} == {i: successes[i] for i in index}
+    assert 0 < sum(successes.values()) < len(dumped)  # pass rates spread: the priors carry information
+
+    (tmp_path / "run").mkdir()
+    steps = train(tiny, tmp_path / "run", "trainer.total_training_steps=1", f"coba.prior_file={priors}")
+    step_one = budgets(tmp_path / "run", 1)
+    assert sum(step_one.values()) == M * N and len(step_one) == M
+    assert len(set(step_one.values())) > 1 and steps[0]["coba/budget_std"] > 0  # no blind first epoch
+    # the allocator's own answer from the same priors, for step 1's prompts (text -> index: the dump)
+    index_of = {(row["input"], row["gts"]): json.loads(row["coba_index"]) for row in dumped}
+    config = CobaConfig(strategy="coba", min_rollouts=2, max_rollouts=16)  # the tiny recipe's
+    prompt_ids = PromptIdMap(index)
+    allocator = BudgetAllocator(config, num_prompts=len(index))
+    apply_priors(allocator.tracker, prompt_ids, read_prior_file(priors, config.prior_weight))
+    prompts = list(step_one)
+    expected = allocator.allocate(prompt_ids.ids([index_of[p] for p in prompts]), M * N).budgets
+    # prompts of equal priors tie, and ties may break by position: compare within each prior record
+    prior_of = {r["index"]: (r["successes"], r["attempts"]) for r in records}
+    by_prior: dict[tuple, tuple[list, list]] = {}
+    for prompt, want in zip(prompts, expected, strict=True):
+        got, wanted = by_prior.setdefault(prior_of[index_of[prompt]], ([], []))
+        got.append(step_one[prompt])
+        wanted.append(int(want))
+    for prior, (got, wanted) in by_prior.items():
+        assert sorted(got) == sorted(wanted), prior

@@ -334,3 +334,13 @@ def test_trainer_variable_selects_veRLs_trainer_and_dry_run_prints_it(trainer: s
 def test_unknown_trainer_variable_is_refused_naming_the_choices() -> None:
     done = run_dry("dapo_math", {"TRAINER": "async"})
     assert done.returncode == 2 and "TRAINER=async: choose v1" in done.stderr
+
+
+def test_estimate_variable_runs_the_same_launch_line_through_coba_verl_estimate() -> None:
+    train = dry_run("tiny_cpu")
+    measure = dry_run("tiny_cpu", {"ESTIMATE": "/d/priors.jsonl", "SAMPLES": "4"})
+    start = measure.index("coba_verl.estimate")
+    assert measure[start - 1] == "-m" and measure[start + 1 : start + 5] == [
+        "--output", "/d/priors.jsonl", "--samples", "4",
+    ]  # fmt: skip
+    assert measure[start + 5 :] == train[train.index("coba_verl.main") + 1 :]  # same config, same overrides
