@@ -43,6 +43,7 @@ EXTRA_OF = {
     "coba_verl.config": "",
     "coba_verl.core": "",
     "coba_verl.main": "verl",
+    "coba_verl.estimate": "verl",
     "coba_verl.preflight": "verl",
     "coba_verl.verl_plugin": "verl",
     "coba_verl.cpu": "verl",

@@ -19,8 +19,6 @@ from coba_verl.core.priors import PriorRecords, read_prior_file, write_prior_fil
 from coba_verl.verl_plugin import index_reward
 from coba_verl.verl_plugin.progress import CountingLoader, generations_of
 
-from .conftest import compose_coba
-
 REWARD_MODULE = '''
 def exact(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
     return float(solution_str == ground_truth) + bonus
@@ -43,9 +41,9 @@ def request(tmp_path: Path, samples: int = 8) -> estimate.EstimateRequest:
 
 
 def test_configure_validates_the_training_set_with_k_samples_at_the_training_sampling(
-    tmp_path, train_parquet
+    tmp_path, train_parquet, coba_compose
 ):
-    config = compose_coba([
+    config = coba_compose([
         f"data.train_files={train_parquet}", "data.val_files=/elsewhere/test.parquet",
         "data.train_batch_size=4", "actor_rollout_ref.rollout.temperature=0.7",
         "actor_rollout_ref.rollout.top_p=0.9", "actor_rollout_ref.rollout.val_kwargs.temperature=0",
@@ -68,9 +66,9 @@ def test_configure_validates_the_training_set_with_k_samples_at_the_training_sam
 
 
 def test_configure_wraps_the_runs_own_reward_with_its_kwargs_and_the_async_wrapper_for_an_async_one(
-    tmp_path, train_parquet, reward_file
+    tmp_path, train_parquet, reward_file, coba_compose
 ):
-    sync = compose_coba([
+    sync = coba_compose([
         f"data.train_files={train_parquet}", f"reward.custom_reward_function.path={reward_file}",
         "reward.custom_reward_function.name=exact", "+reward.custom_reward_function.reward_kwargs.bonus=0.5",
     ])  # fmt: skip
@@ -79,7 +77,7 @@ def test_configure_wraps_the_runs_own_reward_with_its_kwargs_and_the_async_wrapp
     assert wrapped.name == "compute_score"
     inner = {"coba_inner_path": str(reward_file), "coba_inner_name": "exact"}
     assert wrapped.reward_kwargs == {"bonus": 0.5, **inner}
-    asynchronous = compose_coba([
+    asynchronous = coba_compose([
         f"data.train_files={train_parquet}", f"reward.custom_reward_function.path={reward_file}",
         "reward.custom_reward_function.name=exact_async",
     ])  # fmt: skip
