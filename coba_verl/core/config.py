@@ -123,16 +123,17 @@ class CobaConfig:
             explore end of the schedule, Beta(2, kappa - 2) at kappa = 11].
         static_beta: beta of the ``static`` strategy's fixed Beta.
         group_weight: How much each prompt group weighs in the step's policy loss (read by every
-            strategy; it changes the update, not the budgets). ``tokens``: every rollout keeps
-            its advantage, so a group weighs in proportion to its size B_i (and, under a
-            token-averaged loss, its response lengths) [paper, release: the GRPO update is
-            unchanged]. ``equal``: each rollout's advantage is multiplied by (R / G) / B_g (R
-            rollouts and G groups in the batch, B_g its group's size), so every group carries the
-            same total weight whatever its B_i; the factor is exactly 1 when every group has the
-            same size (uniform with total divisible by M). Exact for veRL's
-            ``loss_agg_mode=seq-mean-token-mean``; under ``token-mean`` (veRL's and the lab's
-            default) a group then weighs in proportion to its mean response length, as under
-            uniform GRPO (docs/algorithm.md, "Group weight"). See
+            strategy; it changes the update, not the budgets). ``equal`` (the default): each
+            rollout's advantage is multiplied by (R / G) / B_g (R rollouts and G groups in the
+            batch, B_g its group's size), so every group carries the same total weight whatever
+            its B_i; the factor is exactly 1 when every group has the same size (uniform with
+            total divisible by M), and the lab measured it not worse than ``tokens`` on both its
+            scenarios (docs/lab.md, "Group weight"). Exact for veRL's and OpenRLHF's
+            ``loss_agg_mode=seq-mean-token-mean`` and TRL's ``loss_type='grpo'``; under
+            ``token-mean`` (their default, and the lab's) a group then weighs in proportion to its
+            mean response length, as under uniform GRPO (docs/algorithm.md, "Group weight").
+            ``tokens``: every rollout keeps its advantage, so a group weighs in proportion to its
+            size B_i [paper, release: the GRPO update is unchanged]. See
             `coba_verl.core.group_weight.rollout_weights`.
         prior_field: A field of each training row holding a pass rate measured before
             training (e.g. ``extra_info.pass_rate``), or two fields joined by ``/`` holding
@@ -166,7 +167,7 @@ class CobaConfig:
     p_clip_high: float = 0.99
     static_alpha: float = 2.0
     static_beta: float = 9.0
-    group_weight: str = "tokens"
+    group_weight: str = "equal"
     prior_field: str | None = None
     prior_file: str | None = None
     prior_weight: int = 8

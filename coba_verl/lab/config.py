@@ -14,36 +14,52 @@ from coba_verl.core.solvers import check_budget
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
 
+#: The one run-label option after ``+``: the run's tracker starts from pass-rate priors.
+PRIOR_OPTION = "prior"
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: a strategy, optionally a group weight, at a budget scale.
+    """One training run: a strategy, optionally a group weight and priors, at a budget scale.
 
-    ``coba@0.5`` = half the rollouts per step; ``coba:equal`` = ``coba.group_weight=equal`` for
-    this run only (``None`` keeps the value of `LabConfig.coba`, default ``tokens``).
+    ``coba@0.5`` = half the rollouts per step; ``coba:tokens`` = ``coba.group_weight=tokens`` for
+    this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
+    ``coba+prior`` = the tracker starts from pass rates measured on the warm start
+    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.priors`).
     """
 
     strategy: str
     budget_scale: float = 1.0
     group_weight: str | None = None
+    prior: bool = False
 
     @property
     def label(self) -> str:
         name = self.strategy if self.group_weight is None else f"{self.strategy}:{self.group_weight}"
+        name = f"{name}+{PRIOR_OPTION}" if self.prior else name
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
 def parse_run_label(label: str) -> RunSpec:
-    """``STRATEGY[:GROUP_WEIGHT][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0); ``"coba@0.5"`` ->
-    RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal").
+    """``STRATEGY[:GROUP_WEIGHT][+prior][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
+    ``"coba@0.5"`` -> RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal");
+    ``"coba+prior"`` -> RunSpec("coba", prior=True).
 
-    The strategy, the group weight and the scale are checked apart, so the message names the part
-    that is wrong.
+    The strategy, the group weight, the option and the scale are checked apart, so the message
+    names the part that is wrong.
 
     Raises:
-        ValueError: naming the strategy or the group weight when it is unknown, or the scale when
-            it is not a number in (0, 1].
+        ValueError: naming the strategy, the group weight or the option when it is unknown, or the
+            scale when it is not a number in (0, 1].
     """
     head, at, raw = (x.strip() for x in label.strip().partition("@"))
+    head, plus, option = (x.strip() for x in head.partition("+"))
+    if plus and option != PRIOR_OPTION:
+        raise ValueError(
+            f"run option {option!r} in {label!r} is unknown; the one option is '+{PRIOR_OPTION}' "
+            f"(e.g. '{head}+{PRIOR_OPTION}')."
+        )
+    prior = bool(plus)
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
@@ -60,7 +76,7 @@ def parse_run_label(label: str) -> RunSpec:
             )
         group_weight = weight
     if not at:
-        return RunSpec(strategy, group_weight=group_weight)
+        return RunSpec(strategy, group_weight=group_weight, prior=prior)
     try:
         scale = float(raw)
     except ValueError:
@@ -70,7 +86,7 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale, group_weight)
+    return RunSpec(strategy, scale, group_weight, prior)
 
 
 @dataclass
@@ -123,6 +139,12 @@ class LabConfig:
         threads: torch intra-op threads (1 is fastest and steadiest for this model size on a
             shared machine; 0 = torch's default).
         snapshot_steps: How many steps to record (p_hat, B) pairs at, for the budget plot.
+        prior_samples: k, samples per training prompt that measure the pass-rate priors of the
+            runs labelled ``+prior``: the seed's warm-started model, temperature 1, random numbers
+            of their own (the runs' are untouched), measured once per seed and shared by its
+            ``+prior`` runs; each prompt's record is (successes, k), one appearance of its window
+            (`coba_verl.core.priors`). These n_train * k samples are not counted in a run's
+            rollouts; the results record them as ``prior_rollouts``.
     """
 
     scenario: str = "hard"
@@ -156,6 +178,7 @@ class LabConfig:
     device: str = "cpu"
     threads: int = 1
     snapshot_steps: int = 4
+    prior_samples: int = 8
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -170,7 +193,7 @@ class LabConfig:
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
             "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
-            "snapshot_steps", "updates_per_step",
+            "snapshot_steps", "updates_per_step", "prior_samples",
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
@@ -198,6 +221,13 @@ class LabConfig:
             raise ValueError(f"device={self.device!r} is not a torch device; use cpu, cuda or cuda:N.")
         if "strategy" in self.coba:
             raise ValueError("coba.strategy is set per run; list strategies in runs instead.")
+        for name in ("prior_field", "prior_file"):
+            if self.coba.get(name) is not None:
+                raise ValueError(
+                    f"coba.{name}={self.coba[name]!r}: the lab generates its prompts per seed, so it "
+                    "measures their priors itself; label a run '+prior' (e.g. 'coba+prior') and set "
+                    "prior_samples."
+                )
         try:
             cfg = self.coba_config("uniform")  # validates the knobs
         except TypeError as err:

@@ -3,7 +3,8 @@
 Per GRPO step of a run (spec §7, as the veRL trainer does it)::
 
     ids     = order[step]                          # (M,) stable prompt ids, same for every run
-    res     = allocator.allocate(ids, total)       # (M,) budgets B_i, sum == total
+    res     = allocator.allocate(ids, total)       # (M,) budgets B_i, sum == total (a +prior
+                                                   # run's tracker starts from measure_priors)
     rows    = repeat(arange(M), B)                 # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
     y       = sample(model, prompts[ids[rows]])    # (R,) completions at temperature 1, KV cache
     scores  = verify(y)                            # (R,) in {0, 1}
@@ -40,12 +41,14 @@ from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import BudgetAllocator
+from coba_verl.core.priors import PriorRecords, apply_priors, outcome_records
+from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
 
 __all__ = [
     "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
-    "StepSink",
+    "StepSink", "measure_priors",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -83,6 +86,9 @@ class SeedContext:
     warm_cached: bool
     eval0: EvalResult | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: k -> the warm start's pass-rate records of the training prompts (`measure_priors`), shared
+    #: by the seed's ``+prior`` runs.
+    priors: dict[int, PriorRecords] = field(default_factory=dict)
 
 
 def _model_spec(cfg: LabConfig) -> ModelSpec:
@@ -270,6 +276,42 @@ def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 
     return EvalResult(acc=float(rates.mean()), per_level=per_level, pass_rates=rates)
 
 
+def measure_priors(
+    model: Qwen2ForCausalLM, ctx: SeedContext, k: int, success_value: float, *, chunk: int = 1024
+) -> PriorRecords:
+    """(successes, k) of every training prompt: k samples of ``model`` at temperature 1.
+
+    The offline measurement of the ``+prior`` runs (issue: no blind first epoch): each training
+    position i gets the record (#{score_i == success_value}, k), the tracker's success rule
+    (`coba_verl.core.priors.outcome_records`). Its random numbers are its own, so the runs'
+    sampling is unchanged.
+    """
+    gen = _generator(model, 104_729 * (ctx.seed + 1))
+    n = len(ctx.train)
+    rows = np.tile(np.arange(n), k)  # (n*k,) [0..n-1, 0..n-1, ...]
+    scores = np.zeros(rows.size, dtype=np.float64)
+    for start in range(0, rows.size, chunk):
+        r = rows[start : start + chunk]
+        _, _, resp, rmask = _generate(model, ctx, ctx.train_ids[r], ctx.train_mask[r], gen)
+        scores[start : start + r.size] = score_batch(
+            decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in r]
+        )
+    return outcome_records(rows.tolist(), scores.tolist(), success_value, f"warm start, {k} samples a prompt")
+
+
+def _seed_priors(
+    allocator: BudgetAllocator, model: Qwen2ForCausalLM, ctx: SeedContext, k: int, success_value: float
+) -> dict[str, float]:
+    """The seed's prior records (measured on first use, on the warm start) into ``allocator``."""
+    if k not in ctx.priors:
+        start = time.perf_counter()
+        ctx.priors[k] = measure_priors(model, ctx, k, success_value)
+        logger.info("seed %d: priors of %d prompts x %d samples in %.1f s", ctx.seed, len(ctx.train), k,
+                    time.perf_counter() - start)  # fmt: skip
+    positions = PromptIdMap(range(len(ctx.train)), name="training position")
+    return apply_priors(allocator.tracker, positions, ctx.priors[k])
+
+
 def eval_steps(cfg: LabConfig) -> set[int]:
     """Steps (1-based, after the update) at which the held-out set is evaluated; always the last."""
     return {s for s in range(1, cfg.steps + 1) if s % cfg.eval_every == 0} | {cfg.steps}
@@ -314,6 +356,8 @@ def train_run(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight)
     allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
+    if spec.prior:  # before any update: the warm start's pass rates
+        _seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
     total = cfg.budget(spec)
     actor = make_actor_config(
         rollout_n=cfg.rollouts_per_prompt,
@@ -330,6 +374,8 @@ def train_run(
         "strategy": spec.strategy,
         "budget_scale": spec.budget_scale,
         "group_weight": coba_cfg.group_weight,
+        "prior": spec.prior,
+        "prior_rollouts": len(ctx.train) * cfg.prior_samples if spec.prior else 0,
         "seed": ctx.seed,
     }
     rollouts = 0

@@ -13,18 +13,33 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
+import logging
 from dataclasses import fields
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
 
-__all__ = ["COBA_FLAG_PREFIX", "DEFAULT_ID_KEY", "EXTENDED", "check_args", "check_openrlhf_api", "coba_flags"]
+__all__ = [
+    "COBA_FLAG_PREFIX",
+    "DEFAULT_ID_KEY",
+    "EXTENDED",
+    "check_args",
+    "check_group_weight_mode",
+    "check_openrlhf_api",
+    "coba_flags",
+]
 
 #: OpenRLHF 0.11's flags are dotted (``--rollout.n_samples_per_prompt``); coba's follow suit.
 COBA_FLAG_PREFIX = "--coba."
 #: Default prompt-dataset column holding each prompt's stable id (``--coba.id_key``).
 DEFAULT_ID_KEY = "prompt_id"
 TESTED_VERSION = "0.11.2"
+#: ``--actor.loss_agg_mode`` values under which ``--coba.group_weight equal`` is exact (each
+#: sample's token mean weighs 1 / N) and under which a group weighs by its mean response length.
+GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
+GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("token-mean",)
+
+logger = logging.getLogger(__name__)
 
 #: (module, class, method) -> the parameters coba-verl relies on, in order.
 EXTENDED: dict[tuple[str, str, str], tuple[str, ...]] = {
@@ -149,6 +164,38 @@ def coba_flags() -> dict[str, Any]:
     return out
 
 
+def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
+    """Say how exact ``--coba.group_weight`` is under OpenRLHF's ``--actor.loss_agg_mode``.
+
+    ``tokens`` changes nothing. ``equal`` (the default): exact under ``seq-mean-token-mean`` (every
+    sample weighs 1 / N, so a group's factors (N / M) / B_g sum to 1 / M of the loss); under
+    ``token-mean`` (OpenRLHF's default) a sample weighs by its tokens, so a group then weighs in
+    proportion to its mean response length, as under uniform GRPO (said at INFO). OpenRLHF 0.11.2's
+    parser accepts no other mode; one a later release adds is refused.
+
+    Raises:
+        ValueError: ``equal`` with a mode in neither list, naming it.
+    """
+    if group_weight == "tokens" or loss_agg_mode in GROUP_WEIGHT_EXACT:
+        return
+    if loss_agg_mode in GROUP_WEIGHT_BY_LENGTH:
+        logger.info(
+            "--coba.group_weight %s with --actor.loss_agg_mode %s: the group-size factor B_i is removed, "
+            "but this mode weighs every sample by its tokens, so a prompt group still weighs in proportion "
+            "to its mean response length (as under uniform GRPO). For exactly equal group weights pass "
+            "--actor.loss_agg_mode seq-mean-token-mean.",
+            group_weight,
+            loss_agg_mode,
+        )
+        return
+    raise ValueError(
+        f"--coba.group_weight={group_weight!r} is not supported with "
+        f"--actor.loss_agg_mode={loss_agg_mode!r}: "
+        f"coba-verl knows how per-group advantage factors weigh groups only under "
+        f"{GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH}. Pass one of those, or --coba.group_weight tokens."
+    )
+
+
 def window_size(args: Any) -> int:
     """M, the prompts of one training window: what OpenRLHF draws per generation call."""
     return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
@@ -158,8 +205,9 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
-        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; ``--coba.group_weight``
-            other than tokens and pass-rate priors (not built for OpenRLHF); no rollout
+        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; pass-rate priors
+            (not built for OpenRLHF); ``--coba.group_weight equal`` with a ``--actor.loss_agg_mode``
+            `check_group_weight_mode` does not know; no rollout
             engine (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples
             no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
@@ -180,12 +228,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "dropped group's scores never reach the tracker. CoBA already moves budget away from prompts "
             "whose groups would carry no signal; drop --algo.dynamic_filtering_enable."
         )
-    if coba.group_weight != "tokens":
-        raise ValueError(
-            f"--coba.group_weight={coba.group_weight!r} is not built for OpenRLHF: its policy loss "
-            "(--actor.loss_agg_mode) weighs samples by tokens and coba-verl does not reweight it per group "
-            "there. Leave --coba.group_weight at 'tokens'."
-        )
+    check_group_weight_mode(coba.group_weight, str(args.actor.loss_agg_mode))
     for name in ("prior_field", "prior_file"):
         if getattr(coba, name) is not None:
             raise ValueError(

@@ -2,7 +2,9 @@
 
 OpenRLHF 0.11.2 groups a window's rewards with ``rewards.reshape(-1, n)``
 (``trainer/ppo_utils/experience_maker.py:256-274``). With budgets [6, 2] that reshape mixes the two
-groups silently. `grouped_rewards` computes the same four baselines per group of any size::
+groups silently. `grouped_rewards` computes the same four baselines per group of any size, and
+`CobaExperienceMaker` then scales each sample's advantage by ``coba.group_weight``'s factor
+(`coba_verl.core.group_weight.rollout_weights`, the rule veRL's and TRL's glue apply too)::
 
     group  [0, 0, 0, 0, 0, 0, 1, 1]         (N,) group of each sample, from the window's budgets [6, 2]
     mean   [m0, m0, m0, m0, m0, m0, m1, m1]  (N,) that group's mean, std and sum the same way
@@ -20,6 +22,8 @@ import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
+
+from coba_verl.core.group_weight import rollout_weights
 
 __all__ = ["CobaExperienceMaker", "Window", "grouped_rewards"]
 
@@ -105,12 +109,15 @@ def _without_group_step(args: Any) -> Iterator[None]:
 class CobaExperienceMaker(RemoteExperienceMaker):
     """`RemoteExperienceMaker` whose group statistics follow the window's groups (OpenRLHF 0.11.2).
 
-    The trainer sets `window` before each step. Extends `make_experience` (records each sample's raw
-    score, for the tracker) and `compute_advantages_and_returns` (per-group baselines). A window
-    of uniform budgets goes through upstream's method unchanged.
+    The trainer sets `window` before each step and `group_weight` once. Extends `make_experience`
+    (records each sample's raw score, for the tracker) and `compute_advantages_and_returns`
+    (per-group baselines, then the group weight). A window of uniform budgets goes through
+    upstream's method unchanged (its ``equal`` factors are all exactly 1).
     """
 
     window: Window | None = None
+    #: ``coba.group_weight``: ``equal`` multiplies each sample's advantage by (N / M) / B_g.
+    group_weight: str = "tokens"
     #: (N,) raw score of each sample (``scores`` when the reward gives them, else ``rewards``) in window
     #: order, filled by `make_experience`.
     raw_scores: np.ndarray | None = None
@@ -127,6 +134,28 @@ class CobaExperienceMaker(RemoteExperienceMaker):
         return experiences
 
     def compute_advantages_and_returns(self, experiences):
+        return self._weight_groups(self._grouped_advantages(experiences))
+
+    def _weight_groups(self, experiences):
+        """Each sample's advantage times `rollout_weights` of the window's groups (after whitening).
+
+        N samples and M prompts in the window, B_g the budget of sample's prompt g: under ``equal``
+        every group's factors sum to N / M. ``returns`` stay as computed (a critic, under ``gae``,
+        learns unweighted returns). Nothing is touched when every factor is 1.
+        """
+        window = self.window
+        if window is None or self.group_weight == "tokens":
+            return experiences
+        weights = rollout_weights(window.group, self.group_weight)  # (N,) in window order
+        if bool(np.all(weights == 1.0)):
+            return experiences
+        for experience in experiences:
+            advantages = experience.advantages  # (b, T)
+            factor = torch.as_tensor(weights[np.asarray(experience.index)], dtype=advantages.dtype)
+            experience.advantages = advantages * factor.to(advantages.device)[:, None]
+        return experiences
+
+    def _grouped_advantages(self, experiences):
         window, args = self.window, self.strategy.args
         n = args.rollout.n_samples_per_prompt
         if window is None or bool(np.all(window.budgets == n)):

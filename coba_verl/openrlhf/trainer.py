@@ -132,6 +132,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             self.strategy,
             self.tokenizer,
         )
+        self.experience_maker.group_weight = self.coba_config.group_weight
         #: The budgets of every window so far, as (ids, budgets) lists (for tests and reports).
         self.coba_history: list[tuple[list[int], list[int]]] = []
 

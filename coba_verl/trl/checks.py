@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 GROUP_WEIGHT_EXACT: tuple[str, ...] = ("grpo", "sapo")
 #: Loss types that weigh each completion by its token count (``dapo``, the default, ``bnpo``,
 #: ``dr_grpo``, ``cispo``, ``luspo``): ``equal`` removes the factor B_g, but a group still weighs
-#: in proportion to its mean completion length. Accepted with a warning.
+#: in proportion to its mean completion length. Accepted, said at INFO.
 GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("dapo", "bnpo", "dr_grpo", "cispo", "luspo")
 
 #: Default name of the training-set column holding each prompt's stable id.
@@ -91,10 +91,10 @@ def check_args(args: Any, coba: CobaConfig) -> None:
 def check_group_weight(group_weight: str, loss_type: str) -> None:
     """Say how exact ``coba.group_weight`` is under TRL's ``loss_type``.
 
-    ``tokens`` changes nothing, so every loss type is fine. ``equal``: exact under
-    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` a warning says that groups still weigh by
-    their mean completion length; any other loss type (e.g. ``vespo``, whose weights depend on
-    the advantage itself) is refused.
+    ``tokens`` changes nothing, so every loss type is fine. ``equal`` (the default): exact under
+    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` (TRL's default ``dapo`` among them) an
+    INFO line says that groups still weigh by their mean completion length, as under stock GRPO;
+    any other loss type (e.g. ``vespo``, whose weights depend on the advantage itself) is refused.
 
     Raises:
         ValueError: ``equal`` with a loss type in neither list, naming it.
@@ -102,7 +102,7 @@ def check_group_weight(group_weight: str, loss_type: str) -> None:
     if group_weight == "tokens" or loss_type in GROUP_WEIGHT_EXACT:
         return
     if loss_type in GROUP_WEIGHT_BY_LENGTH:
-        logger.warning(
+        logger.info(
             "coba.group_weight=%s with loss_type=%r: the group-size factor B_i is removed, but this loss "
             "weighs every completion by its tokens, so a prompt group still weighs in proportion to its "
             "mean completion length (as under stock GRPO). For exactly equal group weights use "

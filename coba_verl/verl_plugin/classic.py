@@ -119,13 +119,16 @@ def weight_advantages(batch: DataProto, group_weight: str) -> None:
     """Multiply ``batch.batch["advantages"]`` (R, T) in place by `rollout_weights` of its uids.
 
     The classic trainer generates one session per row, so R is the batch's rows, G its uids and
-    B_g the rows of uid g. ``tokens`` leaves the tensor untouched.
+    B_g the rows of uid g. ``tokens``, and groups all of one size, leave the tensor untouched.
     """
     if group_weight == "tokens":
         return
     uids = np.asarray([str(uid) for uid in batch.non_tensor_batch["uid"]])  # (R,)
     advantages = batch.batch["advantages"]  # (R, T)
-    factors = torch.as_tensor(rollout_weights(uids, group_weight), dtype=advantages.dtype)
+    weights = rollout_weights(uids, group_weight)  # (R,)
+    if bool(np.all(weights == 1.0)):  # groups of one size (uniform): the tensor stays as veRL made it
+        return
+    factors = torch.as_tensor(weights, dtype=advantages.dtype)
     batch.batch["advantages"] = advantages * factors.to(advantages.device)[:, None]
 
 

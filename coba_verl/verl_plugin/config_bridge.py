@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
 #: Modes that weigh each rollout by its token count (token-mean: L_r / T; the others L_r up to a
 #: constant): ``equal`` removes the factor B_g, but a group still weighs in proportion to its mean
-#: response length, as every group does under uniform GRPO. Accepted with a warning.
+#: response length, as every group does under uniform GRPO. Accepted, said at INFO.
 GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = (
     "token-mean",
     "token-sum",
@@ -89,10 +89,12 @@ def check_config(config: DictConfig) -> CobaConfig:
 def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     """Say how exact ``coba.group_weight`` is under veRL's ``actor.loss_agg_mode``.
 
-    ``tokens`` changes nothing, so every mode is fine. ``equal``: exact under
-    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` a warning says that groups still weigh by
-    their mean response length; any other mode is refused, since what a per-group advantage factor
-    does to it is not known here.
+    ``tokens`` changes nothing, so every mode is fine. ``equal`` (the default): exact under
+    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` (veRL's default ``token-mean`` among them)
+    an INFO line says that groups still weigh by their mean response length, as every group does
+    under uniform GRPO (information, not a fault: a default run should not warn); any other mode
+    is refused, since what a per-group advantage factor does to it is not known here (veRL 0.9.1
+    has no other mode: ``core_algos.agg_loss`` refuses any other name itself).
 
     Raises:
         ValueError: ``equal`` with a mode in neither list, naming it.
@@ -100,7 +102,7 @@ def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     if group_weight == "tokens" or loss_agg_mode in GROUP_WEIGHT_EXACT:
         return
     if loss_agg_mode in GROUP_WEIGHT_BY_LENGTH:
-        logger.warning(
+        logger.info(
             "coba.group_weight=%s with actor_rollout_ref.actor.loss_agg_mode=%s: the group-size factor B_i "
             "is removed, but this mode weighs every rollout by its response tokens, so a prompt group "
             "still weighs in proportion to its mean response length (as under uniform GRPO). For exactly "

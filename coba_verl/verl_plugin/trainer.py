@@ -323,9 +323,11 @@ class CobaTrainer(PPOTrainerSync):
 
         Runs on the batch the step trains (after DAPO's filtering, whatever submissions its groups
         came from), so R and G are those of the step's loss. ``returns`` stay as veRL wrote them
-        (GRPO trains no critic).
+        (GRPO trains no critic). A batch whose groups all have one size is left as it is.
         """
         factors = group_weight_of_keys(list(batch.keys), list(batch.tags), self.coba_config.group_weight)
+        if bool(np.all(factors == 1.0)):  # groups of one size (uniform): nothing to scale, no round trip
+            return batch
         data = tq.kv_batch_get(
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"]
         )

@@ -52,3 +52,9 @@ def test_group_weight_is_read_by_every_strategy_without_a_warning(recwarn) -> No
     for strategy in ("coba", "knapsack", "uniform", "static", "reverse", "coba_release"):
         assert CobaConfig(strategy=strategy, group_weight="equal").group_weight == "equal"
     assert not [w for w in recwarn if "group_weight" in str(w.message)]
+
+
+def test_equal_is_the_default_group_weight() -> None:
+    """Chosen by the pre-stated rule of the lab's study (docs/lab.md, "Group weight")."""
+    assert CobaConfig().group_weight == "equal"
+    assert CobaConfig.from_mapping({}).group_weight == "equal"

@@ -104,7 +104,7 @@ def test_uniform_equal_run_repeats_uniform_exactly(monkeypatch: pytest.MonkeyPat
         runner, "grpo_update", lambda *a, **kw: seen.append(kw["group_weight"]) or real(*a, **kw)
     )
     cfg = LabConfig(
-        **TINY, runs=["uniform", "uniform:equal"], n_train=8, n_eval=8, steps=3, prompts_per_step=4,
+        **TINY, runs=["uniform:tokens", "uniform"], n_train=8, n_eval=8, steps=3, prompts_per_step=4,
         rollouts_per_prompt=4, eval_every=3, eval_samples=1, lr=1e-2,
     )  # fmt: skip
     prompts = [f"{d}+1=" for d in range(8)]
@@ -117,7 +117,7 @@ def test_uniform_equal_run_repeats_uniform_exactly(monkeypatch: pytest.MonkeyPat
         rows[label] = []
         runner.train_run(cfg, ctx, parse_run_label(label), rows[label].append)
     assert seen == ["tokens"] * 3 + ["equal"] * 3
-    assert [r["group_weight"] for r in rows["uniform:equal"]] == ["equal"] * 3
+    assert [r["group_weight"] for r in rows["uniform"]] == ["equal"] * 3  # the default
     assert any(r["grad_norm"] > 0 for r in rows["uniform"])  # the update had something to do
     strip = [[repr({k: v for k, v in r.items() if k not in drop}) for r in rows[lb]] for lb in cfg.runs]
     assert strip[0] == strip[1]

@@ -122,6 +122,40 @@ def test_variable_groups_are_centred_per_group_where_upstream_is_not(orl):
     assert abs(float(upstream[:6].mean())) > 0.1  # reshape(-1, 4) mixes the groups
 
 
+def test_equal_group_weight_scales_each_groups_advantages_to_the_same_total(orl):
+    """Budgets [6, 2], N = 8, M = 2: equal multiplies group 0 by (8/2)/6 and group 1 by (8/2)/2."""
+    from coba_verl.openrlhf.groups import CobaExperienceMaker
+
+    rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    plain = maker(CobaExperienceMaker, make_args("dr_grpo", 4))
+    plain.window = window([6, 2])
+    expected = advantages(plain.compute_advantages_and_returns(make_experiences(rewards)))
+    ours = maker(CobaExperienceMaker, make_args("dr_grpo", 4))
+    ours.window, ours.group_weight = window([6, 2]), "equal"
+    got = ours.compute_advantages_and_returns(make_experiences(rewards))
+    factors = torch.tensor([4 / 6] * 6 + [4 / 2] * 2)
+    torch.testing.assert_close(advantages(got), expected * factors)
+    assert float(factors[:6].sum()) == pytest.approx(4.0) and float(factors[6:].sum()) == pytest.approx(4.0)
+    assert all(e.advantages.shape == (len(e.index), 3) for e in got)  # every token of a sample alike
+    torch.testing.assert_close(torch.cat([e.advantages for e in got]), advantages(got)[:, None].expand(-1, 3))
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_equal_group_weight_on_a_uniform_window_is_upstreams_method_bit_for_bit(orl, estimator):
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+    from coba_verl.openrlhf.groups import CobaExperienceMaker
+
+    rewards = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.5, 1.0]
+    expected = maker(RemoteExperienceMaker, make_args(estimator, 4)).compute_advantages_and_returns(
+        make_experiences(rewards)
+    )
+    ours = maker(CobaExperienceMaker, make_args(estimator, 4))
+    ours.window, ours.group_weight = window([4, 4]), "equal"
+    got = ours.compute_advantages_and_returns(make_experiences(rewards))
+    assert torch.equal(torch.cat([e.advantages for e in got]), torch.cat([e.advantages for e in expected]))
+
+
 def test_rloo_over_variable_groups_is_leave_one_out(orl):
     from coba_verl.openrlhf.groups import grouped_rewards
 

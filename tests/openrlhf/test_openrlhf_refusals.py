@@ -40,7 +40,6 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
         (["--coba.max_rollouts", "3"], "--coba.max_rollouts=3", "mean budget per prompt"),
         (["--coba.min_rollouts", "1"], "coba.min_rollouts=1", "has no baseline"),
         (["--coba.strategy", "greedy"], "coba.strategy='greedy'", "choose one of"),
-        (["--coba.group_weight", "equal"], "--coba.group_weight='equal'", "not built for OpenRLHF"),
         (["--coba.prior_file", "p.jsonl"], "--coba.prior_file='p.jsonl'", "epoch 1 here is uniform"),
     ],
 )
@@ -104,3 +103,17 @@ def test_api_check_names_a_changed_method(orl, monkeypatch):
     monkeypatch.delattr(SamplesGenerator, "generate_samples")
     with pytest.raises(ImportError, match="generate_samples does not exist"):
         check_openrlhf_api()
+
+
+def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_else_refused(orl, caplog):
+    from coba_verl.openrlhf.checks import check_group_weight_mode
+
+    with caplog.at_level("INFO", logger="coba_verl.openrlhf.checks"):
+        check_group_weight_mode("equal", "seq-mean-token-mean")
+        assert not caplog.records
+        check_group_weight_mode("equal", "token-mean")  # OpenRLHF's default: the length weighting stays
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "mean response length" in caplog.records[0].getMessage()
+    check_group_weight_mode("tokens", "seq-mean-token-sum")  # tokens changes nothing: any mode
+    with pytest.raises(ValueError, match="loss_agg_mode='seq-mean-token-sum'"):
+        check_group_weight_mode("equal", "seq-mean-token-sum")

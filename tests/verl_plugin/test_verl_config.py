@@ -34,7 +34,7 @@ NON_DEFAULT_OVERRIDES = {
     "prior_field": ("extra_info.pass_count/extra_info.attempts", "extra_info.pass_count/extra_info.attempts"),
     "prior_file": ("/data/priors.jsonl", "/data/priors.jsonl"),
     "prior_weight": ("4", 4),
-    "group_weight": ("equal", "equal"),
+    "group_weight": ("tokens", "tokens"),
 }
 
 
@@ -111,13 +111,16 @@ def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, 
     ("mode", "warned"),
     [("seq-mean-token-mean", False), ("token-mean", True), ("seq-mean-token-sum-norm", True)],
 )
-def test_equal_group_weight_warns_where_groups_still_weigh_by_response_length(base_1x8, caplog, mode, warned):
+def test_equal_group_weight_says_at_info_where_groups_weigh_by_length(base_1x8, caplog, mode, warned):
+    """``equal`` is the default, so veRL's default ``token-mean`` must not warn on every run."""
     config = copy.deepcopy(base_1x8)
-    OmegaConf.update(config, "coba.group_weight", "equal")
     OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", mode)
-    with caplog.at_level("WARNING", logger="coba_verl.verl_plugin.config_bridge"):
-        assert check_config(config).group_weight == "equal"
-    messages = [r.getMessage() for r in caplog.records if r.name == "coba_verl.verl_plugin.config_bridge"]
+    with caplog.at_level("INFO", logger="coba_verl.verl_plugin.config_bridge"):
+        assert check_config(config).group_weight == "equal"  # the default
+    records = [r for r in caplog.records if r.name == "coba_verl.verl_plugin.config_bridge"]
+    records = [r for r in records if "group_weight" in r.getMessage()]
+    assert {r.levelname for r in records} <= {"INFO"}
+    messages = [r.getMessage() for r in records]
     assert bool(messages) == warned
     if warned:
         assert f"loss_agg_mode={mode}" in messages[0] and "seq-mean-token-mean" in messages[0]
