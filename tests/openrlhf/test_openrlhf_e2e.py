@@ -3,8 +3,8 @@
 OpenRLHF's CLI, Ray orchestration, SamplesGenerator dispatch, executor and reward-function loading,
 experience maker, DeepSpeed (ZeRO-0) update and checkpointing run unmodified; the scaffolding
 (tests/openrlhf/scaffold) stands in for vLLM and makes CUDA calls harmless. One run of three steps
-with a checkpoint per step (in CI), then a resume from its step-1 checkpoint (``-m e2e``): one to two
-minutes each on 2 cores.
+with a checkpoint per step and a uniform run beside upstream OpenRLHF's own (in CI), then a resume
+from the step-1 checkpoint (``-m e2e``): one to two minutes each on 2 cores.
 """
 
 from __future__ import annotations
@@ -57,6 +57,43 @@ def coba_run(tiny_run, tmp_path_factory):
     return out, inputs, flags, proc.stdout + proc.stderr
 
 
+@pytest.fixture(scope="module")
+def uniform_and_upstream(tiny_run, tmp_path_factory):
+    """Two 2-step runs from the same inputs: ours with ``--coba.strategy uniform``, and OpenRLHF's own
+    ``openrlhf.cli.train_ppo_ray`` with the same flags. One micro-batch per optimiser step, so that
+    the loss does not depend on how the replay buffer orders the samples."""
+    inputs = tiny_run.write_inputs(tmp_path_factory.mktemp("shared") / "inputs")
+    runs = {}
+    for name, module, extra in (
+        ("ours", "coba_verl.openrlhf.train", ["--coba.strategy", "uniform"]),
+        ("upstream", "openrlhf.cli.train_ppo_ray", []),
+    ):
+        out = tmp_path_factory.mktemp(name)
+        flags = tiny_run.openrlhf_flags(inputs, out, episodes=2)
+        flags += ["--train.micro_batch_size", "16", "--ckpt.save_steps", "-1", *extra]
+        proc = tiny_run.launch(flags, module=module)
+        assert proc.returncode == 0, name + proc.stdout[-3000:] + proc.stderr[-5000:]
+        runs[name] = scalars(tb_run(out))
+    return runs
+
+
+def test_uniform_budgets_train_exactly_as_upstream_openrlhf(uniform_and_upstream):
+    """Same samples (the stand-in seeds each by prompt and rank), same advantages, same losses and
+    rewards at both steps: the second step's equality also pins the first update."""
+    ours, upstream = uniform_and_upstream["ours"], uniform_and_upstream["upstream"]
+    shared = {
+        tag
+        for tag in upstream
+        if any(k in tag for k in ("policy_loss", "reward", "return", "response_length"))
+    }
+    assert any("policy_loss" in tag for tag in shared), sorted(upstream)
+    for tag in sorted(shared):
+        assert len(upstream[tag]) == 2, (tag, upstream[tag])
+        assert ours[tag] == pytest.approx(upstream[tag], rel=1e-5, abs=1e-7), tag
+    assert any(tag.endswith("coba/budget_std") for tag in ours)  # it was our trainer
+    assert not any("coba/" in tag for tag in upstream)
+
+
 def test_coba_run_trains_with_per_prompt_budgets(coba_run):
     out, _, _, log = coba_run
     steps = windows(log)
@@ -92,4 +129,3 @@ def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny_run,
     assert sorted(again) == [2, 3]
     first = windows(log)
     assert again == {2: first[2], 3: first[3]}
-
