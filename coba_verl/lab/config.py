@@ -306,6 +306,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 """Named presets of `LabConfig` (``coba-verl lab --scenario NAME``); each maps fields to values."""
 
+# Short training: `paper` with a training set of 960 prompts seen twice in 60 steps, so that
+# epoch 1 (uniform without pass-rate priors) is half the run. Chosen from uniform runs only, by the
+# rule written before them (docs/lab.md, "Pass-rate priors"): seeds 0-1, held-out 0.337 -> 0.477,
+# epoch-1 training pass rates 32 % / 61 % / 7 % at 0 / between / 1, F̄ from 0.66.
+SCENARIOS["short"] = {**SCENARIOS["paper"], "n_train": 960, "steps": 60, "eval_every": 15}
+
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").
 SCENARIOS["paper_gpu"] = {
