@@ -279,7 +279,7 @@ def _entry(config: DictConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``coba-verl estimate --output F [--samples K] [--cpu] [overrides]`` """
+    """``coba-verl estimate --output F [--samples K] [--cpu] [overrides]``"""
     global _REQUEST
     request, hydra_args = parse_args(list(sys.argv[1:] if argv is None else argv))
     _REQUEST = request

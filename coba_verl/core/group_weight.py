@@ -20,9 +20,13 @@ Notation: R rollouts in the step's batch, G prompt groups among them, B_g rollou
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
-__all__ = ["GROUP_WEIGHTS", "check_group_weight", "rollout_weights"]
+__all__ = ["GROUP_WEIGHTS", "check_aggregation", "check_group_weight", "rollout_weights"]
+
+logger = logging.getLogger(__name__)
 
 #: Values of ``coba.group_weight``.
 #:
@@ -71,3 +75,48 @@ def rollout_weights(index: np.ndarray, group_weight: str) -> np.ndarray:
     # [7, 7, 3, 7, 3] -> inverse [1, 1, 0, 1, 0], sizes [2, 3] -> B_g per rollout [3, 3, 2, 3, 2]
     r, g = index.size, sizes.size
     return (r / g) / sizes[inverse.reshape(-1)].astype(np.float64)
+
+
+def check_aggregation(
+    group_weight: str,
+    mode: str,
+    *,
+    exact: tuple[str, ...],
+    by_length: tuple[str, ...],
+    setting: str,
+    key: str = "coba.group_weight",
+) -> None:
+    """Say how exact ``group_weight`` is under a framework's loss aggregation ``mode``.
+
+    A per-group factor c_g gives group g the weight c_g * sum_{r in g} w_r, w_r the weight the
+    aggregation gives rollout r (docs/algorithm.md, "Group weight"). ``tokens`` changes nothing,
+    so every mode is fine. ``equal``: exact under the modes ``exact`` (w_r = 1 / R); under
+    ``by_length`` (w_r proportional to the response length; the frameworks' defaults among them) an
+    INFO line says that a group still weighs by its mean response length, as under uniform GRPO
+    (information, not a fault: a default run should not warn); any other mode is refused, since
+    what a per-group advantage factor does to it is not known.
+
+    Args:
+        group_weight, mode: the configured values.
+        exact, by_length: the framework's modes of each kind.
+        setting: the framework's name of the mode's key, e.g. ``actor_rollout_ref.actor.loss_agg_mode``.
+        key: how the framework spells ``coba.group_weight`` (OpenRLHF: ``--coba.group_weight``).
+
+    Raises:
+        ValueError: ``equal`` with a mode in neither list, naming both values.
+    """
+    if group_weight == "tokens" or mode in exact:
+        return
+    if mode in by_length:
+        logger.info(
+            "%s=%r with %s=%r: the group-size factor B_i is removed, but this mode weighs every rollout "
+            "by its tokens, so a prompt group still weighs in proportion to its mean response length (as "
+            "under uniform GRPO). For exactly equal group weights set %s=%r.",
+            key, group_weight, setting, mode, setting, exact[0],
+        )  # fmt: skip
+        return
+    raise ValueError(
+        f"{key}={group_weight!r} is not supported with {setting}={mode!r}: coba-verl knows how per-group "
+        f"advantage factors weigh groups only under {exact + by_length}. Set {setting} to one of those "
+        f"({exact[0]!r} is exact), or {key}='tokens'."
+    )

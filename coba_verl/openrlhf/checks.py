@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
-import logging
 from dataclasses import fields
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
+from coba_verl.core.group_weight import check_aggregation
 
 __all__ = [
     "COBA_FLAG_PREFIX",
@@ -39,7 +39,6 @@ TESTED_VERSION = "0.11.2"
 GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
 GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("token-mean",)
 
-logger = logging.getLogger(__name__)
 
 #: (module, class, method) -> the parameters coba-verl relies on, in order.
 EXTENDED: dict[tuple[str, str, str], tuple[str, ...]] = {
@@ -165,35 +164,19 @@ def coba_flags() -> dict[str, Any]:
 
 
 def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """Say how exact ``--coba.group_weight`` is under OpenRLHF's ``--actor.loss_agg_mode``.
+    """`coba_verl.core.group_weight.check_aggregation` for OpenRLHF's ``--actor.loss_agg_mode``.
 
-    ``tokens`` changes nothing. ``equal`` (the default): exact under ``seq-mean-token-mean`` (every
-    sample weighs 1 / N, so a group's factors (N / M) / B_g sum to 1 / M of the loss); under
-    ``token-mean`` (OpenRLHF's default) a sample weighs by its tokens, so a group then weighs in
-    proportion to its mean response length, as under uniform GRPO (said at INFO). OpenRLHF 0.11.2's
-    parser accepts no other mode; one a later release adds is refused.
+    Exact under ``seq-mean-token-mean`` (every sample weighs 1 / N, so a group's factors
+    (N / M) / B_g sum to 1 / M of the loss); said at INFO under ``token-mean`` (OpenRLHF's default).
+    OpenRLHF 0.11.2's parser accepts no other mode; one a later release adds is refused.
 
     Raises:
         ValueError: ``equal`` with a mode in neither list, naming it.
     """
-    if group_weight == "tokens" or loss_agg_mode in GROUP_WEIGHT_EXACT:
-        return
-    if loss_agg_mode in GROUP_WEIGHT_BY_LENGTH:
-        logger.info(
-            "--coba.group_weight %s with --actor.loss_agg_mode %s: the group-size factor B_i is removed, "
-            "but this mode weighs every sample by its tokens, so a prompt group still weighs in proportion "
-            "to its mean response length (as under uniform GRPO). For exactly equal group weights pass "
-            "--actor.loss_agg_mode seq-mean-token-mean.",
-            group_weight,
-            loss_agg_mode,
-        )
-        return
-    raise ValueError(
-        f"--coba.group_weight={group_weight!r} is not supported with "
-        f"--actor.loss_agg_mode={loss_agg_mode!r}: "
-        f"coba-verl knows how per-group advantage factors weigh groups only under "
-        f"{GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH}. Pass one of those, or --coba.group_weight tokens."
-    )
+    check_aggregation(
+        group_weight, loss_agg_mode, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
+        setting="--actor.loss_agg_mode", key="--coba.group_weight",
+    )  # fmt: skip
 
 
 def window_size(args: Any) -> int:

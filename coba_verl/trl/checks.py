@@ -9,12 +9,12 @@ in TRL's terms.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from datasets import Dataset, IterableDataset
 
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
+from coba_verl.core.group_weight import check_aggregation
 from coba_verl.core.priors import apply_priors, column_rows, configured_priors
 from coba_verl.core.prompt_ids import PromptIdMap
 
@@ -27,7 +27,6 @@ __all__ = [
     "seed_priors",
 ]
 
-logger = logging.getLogger(__name__)
 
 #: TRL ``loss_type`` values (TRL 1.16) under which ``coba.group_weight=equal`` gives every prompt
 #: group exactly the same weight: each completion's token mean weighs alike (``grpo``, ``sapo``).
@@ -89,34 +88,19 @@ def check_args(args: Any, coba: CobaConfig) -> None:
 
 
 def check_group_weight(group_weight: str, loss_type: str) -> None:
-    """Say how exact ``coba.group_weight`` is under TRL's ``loss_type``.
+    """`coba_verl.core.group_weight.check_aggregation` for TRL's ``loss_type``.
 
-    ``tokens`` changes nothing, so every loss type is fine. ``equal`` (the default): exact under
-    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` (TRL's default ``dapo`` among them) an
-    INFO line says that groups still weigh by their mean completion length, as under stock GRPO;
-    any other loss type (e.g. ``vespo``, whose weights depend on the advantage itself) is refused.
+    Exact under `GROUP_WEIGHT_EXACT`, said at INFO under `GROUP_WEIGHT_BY_LENGTH` (TRL's default
+    ``dapo`` among them); any other loss type (e.g. ``vespo``, whose weights depend on the advantage
+    itself) is refused with ``equal``.
 
     Raises:
         ValueError: ``equal`` with a loss type in neither list, naming it.
     """
-    if group_weight == "tokens" or loss_type in GROUP_WEIGHT_EXACT:
-        return
-    if loss_type in GROUP_WEIGHT_BY_LENGTH:
-        logger.info(
-            "coba.group_weight=%s with loss_type=%r: the group-size factor B_i is removed, but this loss "
-            "weighs every completion by its tokens, so a prompt group still weighs in proportion to its "
-            "mean completion length (as under stock GRPO). For exactly equal group weights use "
-            "loss_type='grpo'.",
-            group_weight,
-            loss_type,
-        )
-        return
-    known = GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH
-    raise ValueError(
-        f"coba.group_weight={group_weight!r} is not supported with loss_type={loss_type!r}: CobaGRPOTrainer "
-        f"knows how per-group advantage factors weigh groups only under {known}. "
-        "Choose one of those loss types, or coba.group_weight='tokens'."
-    )
+    check_aggregation(
+        group_weight, loss_type, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
+        setting="loss_type",
+    )  # fmt: skip
 
 
 def check_generation(rollout_func: Any) -> None:

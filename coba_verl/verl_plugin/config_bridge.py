@@ -7,12 +7,12 @@ trainer.v1.trainer_mode=coba_sync`` route is guarded too). Every refusal says wh
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from coba_verl.core.config import CobaConfig
+from coba_verl.core.group_weight import check_aggregation
 from coba_verl.core.solvers import check_budget
 
 #: Name under which `CobaTrainer` is registered in veRL's trainer registry. veRL's trainer base
@@ -20,7 +20,6 @@ from coba_verl.core.solvers import check_budget
 #: ``sync`` before veRL reads it; this name only selects the class in ``TaskRunnerV1``.
 COBA_TRAINER_MODE = "coba_sync"
 
-logger = logging.getLogger(__name__)
 
 #: ``actor.loss_agg_mode`` values under which ``coba.group_weight=equal`` gives every prompt group
 #: exactly the same weight: each rollout weighs 1 / R whatever its length, so a group's rollouts,
@@ -87,36 +86,19 @@ def check_config(config: DictConfig) -> CobaConfig:
 
 
 def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """Say how exact ``coba.group_weight`` is under veRL's ``actor.loss_agg_mode``.
+    """`coba_verl.core.group_weight.check_aggregation` for veRL's ``actor.loss_agg_mode``.
 
-    ``tokens`` changes nothing, so every mode is fine. ``equal`` (the default): exact under
-    `GROUP_WEIGHT_EXACT`; under `GROUP_WEIGHT_BY_LENGTH` (veRL's default ``token-mean`` among them)
-    an INFO line says that groups still weigh by their mean response length, as every group does
-    under uniform GRPO (information, not a fault: a default run should not warn); any other mode
-    is refused, since what a per-group advantage factor does to it is not known here (veRL 0.9.1
-    has no other mode: ``core_algos.agg_loss`` refuses any other name itself).
+    Exact under `GROUP_WEIGHT_EXACT`, said at INFO under `GROUP_WEIGHT_BY_LENGTH` (veRL's default
+    ``token-mean`` among them); veRL 0.9.1 has no other mode (``core_algos.agg_loss`` refuses any
+    other name itself), so the refusal only meets a later veRL's new mode.
 
     Raises:
         ValueError: ``equal`` with a mode in neither list, naming it.
     """
-    if group_weight == "tokens" or loss_agg_mode in GROUP_WEIGHT_EXACT:
-        return
-    if loss_agg_mode in GROUP_WEIGHT_BY_LENGTH:
-        logger.info(
-            "coba.group_weight=%s with actor_rollout_ref.actor.loss_agg_mode=%s: the group-size factor B_i "
-            "is removed, but this mode weighs every rollout by its response tokens, so a prompt group "
-            "still weighs in proportion to its mean response length (as under uniform GRPO). For exactly "
-            "equal group weights set actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean.",
-            group_weight,
-            loss_agg_mode,
-        )
-        return
-    raise ValueError(
-        f"coba.group_weight={group_weight} is not supported with actor_rollout_ref.actor.loss_agg_mode="
-        f"{loss_agg_mode}: coba-verl knows how per-group advantage factors weigh groups only under "
-        f"{GROUP_WEIGHT_EXACT + GROUP_WEIGHT_BY_LENGTH}. Set loss_agg_mode to seq-mean-token-mean (exact) "
-        "or token-mean, or coba.group_weight=tokens."
-    )
+    check_aggregation(
+        group_weight, loss_agg_mode, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
+        setting="actor_rollout_ref.actor.loss_agg_mode",
+    )  # fmt: skip
 
 
 def user_batch(config: DictConfig) -> tuple[int, int]:

@@ -108,7 +108,7 @@ def test_api_check_names_a_changed_method(orl, monkeypatch):
 def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_else_refused(orl, caplog):
     from coba_verl.openrlhf.checks import check_group_weight_mode
 
-    with caplog.at_level("INFO", logger="coba_verl.openrlhf.checks"):
+    with caplog.at_level("INFO", logger="coba_verl.core.group_weight"):
         check_group_weight_mode("equal", "seq-mean-token-mean")
         assert not caplog.records
         check_group_weight_mode("equal", "token-mean")  # OpenRLHF's default: the length weighting stays

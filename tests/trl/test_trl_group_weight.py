@@ -54,7 +54,7 @@ def test_equal_gives_every_prompt_group_the_same_weight(make_trainer, grpo_confi
     """Round 1 is a uniform cold start (factor 1, same update), so round 2 draws the same budgets
     and completions under both weightings; only its advantages differ, by (T / M) / B_g."""
     coba = {"max_rollouts": 10}
-    tokens = _train(make_trainer, grpo_config, CobaConfig(**coba), max_steps=2)
+    tokens = _train(make_trainer, grpo_config, CobaConfig(**coba, group_weight="tokens"), max_steps=2)
     equal = _train(make_trainer, grpo_config, CobaConfig(**coba, group_weight="equal"), max_steps=2)
     budgets = equal.rec.budgets[1]
     np.testing.assert_array_equal(budgets, tokens.rec.budgets[1])
@@ -82,10 +82,10 @@ def test_weight_group_advantages_leaves_tokens_untouched() -> None:
 )
 def test_equal_says_at_info_where_groups_still_weigh_by_completion_length(caplog, loss_type, warned):
     """``equal`` is the default, so TRL's default ``dapo`` must not warn on every run."""
-    with caplog.at_level(logging.INFO, logger="coba_verl.trl.checks"):
+    with caplog.at_level(logging.INFO, logger="coba_verl.core.group_weight"):
         check_group_weight("equal", loss_type)
         check_group_weight("tokens", loss_type)
-    records = [r for r in caplog.records if r.name == "coba_verl.trl.checks"]
+    records = [r for r in caplog.records if r.name == "coba_verl.core.group_weight"]
     assert {r.levelname for r in records} <= {"INFO"}
     messages = [r.getMessage() for r in records]
     assert len(messages) == int(warned)

@@ -115,22 +115,22 @@ def test_equal_group_weight_says_at_info_where_groups_weigh_by_length(base_1x8, 
     """``equal`` is the default, so veRL's default ``token-mean`` must not warn on every run."""
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", mode)
-    with caplog.at_level("INFO", logger="coba_verl.verl_plugin.config_bridge"):
+    with caplog.at_level("INFO", logger="coba_verl.core.group_weight"):
         assert check_config(config).group_weight == "equal"  # the default
-    records = [r for r in caplog.records if r.name == "coba_verl.verl_plugin.config_bridge"]
+    records = [r for r in caplog.records if r.name == "coba_verl.core.group_weight"]
     records = [r for r in records if "group_weight" in r.getMessage()]
     assert {r.levelname for r in records} <= {"INFO"}
     messages = [r.getMessage() for r in records]
     assert bool(messages) == warned
     if warned:
-        assert f"loss_agg_mode={mode}" in messages[0] and "seq-mean-token-mean" in messages[0]
+        assert f"loss_agg_mode={mode!r}" in messages[0] and "'seq-mean-token-mean'" in messages[0]
 
 
 def test_equal_group_weight_is_refused_under_a_loss_agg_mode_it_does_not_know(base_1x8, caplog):
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "coba.group_weight", "equal")
     OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", "seq-max-token-mean")
-    with pytest.raises(ValueError, match="loss_agg_mode=seq-max-token-mean: coba-verl knows"):
+    with pytest.raises(ValueError, match="loss_agg_mode='seq-max-token-mean': coba-verl knows"):
         check_config(config)
     OmegaConf.update(config, "coba.group_weight", "tokens")  # tokens changes nothing: any mode
     assert check_config(config).group_weight == "tokens"
