@@ -74,6 +74,12 @@ def build_parser(prog: str = "coba-verl data") -> argparse.ArgumentParser:
     parser.add_argument("--hub-config", default=None, help="hub config name to use with --hub-id")
     parser.add_argument("--question-field", default=None, help="source column holding the problem")
     parser.add_argument("--answer-field", default=None, help="source column holding the final answer")
+    parser.add_argument(
+        "--pass-rate-field",
+        default=None,
+        help="source column holding each problem's pass rate in [0, 1], written to extra_info.pass_rate "
+        "(train with coba.prior_field=extra_info.pass_rate)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     parser.add_argument("--strict", action="store_true", help="exit 1 if any row was rejected")
     parser.add_argument(
@@ -196,9 +202,10 @@ def main(argv: list[str] | None = None, prog: str = "coba-verl data") -> int:
     try:
         specs = resolve(args.dataset)
         local = _local_paths(args.local_path, specs, group)
-        if group and (args.hub_id or args.question_field or args.answer_field):
+        if group and (args.hub_id or args.question_field or args.answer_field or args.pass_rate_field):
             raise ValueError(
-                "--hub-id, --question-field and --answer-field apply to one dataset, not a group."
+                "--hub-id, --question-field, --answer-field and --pass-rate-field apply to one dataset, "
+                "not a group."
             )
         wanted = set(args.splits.split(",")) if args.splits else None
         if args.index_offset < 0:
@@ -231,6 +238,7 @@ def main(argv: list[str] | None = None, prog: str = "coba-verl data") -> int:
                     question_field=args.question_field,
                     answer_field=args.answer_field,
                     local_key=spec.name if group else None,
+                    pass_rate_field=args.pass_rate_field,
                 )
             )
         except (RuntimeError, OSError, ValueError) as err:  # no hub, missing file, unusable source

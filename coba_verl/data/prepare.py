@@ -46,6 +46,8 @@ class SplitReport:
     index_min: int | None = None
     index_max: int | None = None
     sha256: str = ""
+    #: Rows written with an ``extra_info.pass_rate`` (None: no ``--pass-rate-field``).
+    with_pass_rate: int | None = None
 
     @property
     def rows_rejected(self) -> int:
@@ -104,12 +106,15 @@ def prepare_split(
     question_field: str | None = None,
     answer_field: str | None = None,
     local_key: str | None = None,
+    pass_rate_field: str | None = None,
 ) -> SplitReport:
     """Load, build and write ``<output_dir>/<split>.parquet`` for one dataset split.
 
     Rejected rows go to ``<output_dir>/<split>.rejected.jsonl`` and are counted in the report.
     ``limit`` reads only the first rows of the source (for smoke runs; indices stay positional).
     ``local_key`` is passed to `load_split` (the ``--local-path`` form its hub message suggests).
+    ``pass_rate_field`` names the source column copied to ``extra_info.pass_rate`` (`build_rows`);
+    rows without a value are counted in a warning.
     """
     if index_offset < 0:
         raise ValueError(f"index_offset={index_offset} must be >= 0.")
@@ -126,6 +131,7 @@ def prepare_split(
         spec.context_fields,
         spec.solution_fields,
         spec.id_fields,
+        (pass_rate_field,) if pass_rate_field else (),
     )
     needed = {f.split(".")[0] for group in fields for f in group}
     columns = list(dataset.column_names)
@@ -139,6 +145,7 @@ def prepare_split(
         columns=columns,
         question_field=question_field,
         answer_field=answer_field,
+        pass_rate_field=pass_rate_field,
     )
     out = Path(output_dir).expanduser()
     path = out / f"{split}.parquet"
@@ -155,6 +162,14 @@ def prepare_split(
         )
     report.sha256 = write_rows(rows, path)
     report.rows_written = len(rows)
+    if pass_rate_field is not None:
+        report.with_pass_rate = len(rows) - built.without_pass_rate
+        log = logger.warning if built.without_pass_rate else logger.info
+        log(
+            "%s/%s: %d of %d rows carry a pass rate from %s in extra_info.pass_rate (use "
+            "coba.prior_field=extra_info.pass_rate); the others start without a prior",
+            spec.name, split, report.with_pass_rate, len(rows), pass_rate_field,
+        )  # fmt: skip
     report.index_min, report.index_max = index_offset, index_offset + len(rows) - 1
     rejected_path = out / f"{split}.rejected.jsonl"
     if report.rows_rejected:

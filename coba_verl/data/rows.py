@@ -7,11 +7,16 @@ different datasets concatenate in one ``data.val_files`` list)::
     prompt         list<{role, content}>     one user turn: question + the style's instruction
     ability        str                       "math"
     reward_model   {style: "rule", ground_truth: str}
-    extra_info     {split, index: int64, source_id, question, solution}
+    extra_info     {split, index: int64, source_id, question, solution, pass_rate: float64 | null}
 
 ``extra_info.index`` is the row's position among the rows kept, plus ``index_offset``: a stable
 integer (same source, same index), unique within the file. CoBA-RL keys its per-prompt tracker
 by it, so training files used together need disjoint offsets (``--index-offset``).
+
+``extra_info.pass_rate`` carries a pass rate the source ships per problem (``--pass-rate-field``,
+e.g. a difficulty-filtered set's measured accuracy), for ``coba.prior_field=extra_info.pass_rate``;
+null when not asked for or when the row has none (counted). A value that is not a number in
+[0, 1] stops the build with the row named.
 
 Rows are never dropped silently. A row is rejected and counted by reason (in the report and
 ``manifest.json``) when it has the faults below; all but exact ``duplicate`` rows are also listed
@@ -56,6 +61,7 @@ SCHEMA = pa.schema(
                     ("source_id", pa.string()),
                     ("question", pa.string()),
                     ("solution", pa.string()),
+                    ("pass_rate", pa.float64()),
                 ]
             ),
         ),
@@ -85,6 +91,8 @@ class Built:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     n_read: int = 0
+    #: Kept rows with no value in the pass-rate field (when one was asked for).
+    without_pass_rate: int = 0
 
 
 def _has_column(columns: Iterable[str], name: str) -> bool:
@@ -151,6 +159,7 @@ def build_rows(
     columns: list[str] | None = None,
     question_field: str | None = None,
     answer_field: str | None = None,
+    pass_rate_field: str | None = None,
 ) -> Built:
     """Turn source records into veRL rows (schema in the module docstring).
 
@@ -162,6 +171,12 @@ def build_rows(
         columns: The source's column names, to fail early on a schema mismatch.
         question_field / answer_field: Override the spec's candidate columns (the answer is
             parsed as ``plain``, or per the spec's kind when the column is one of its own).
+        pass_rate_field: A source column (dotted for a nested field) holding each problem's pass
+            rate, written to ``extra_info.pass_rate``.
+
+    Raises:
+        ValueError: a candidate or the pass-rate column missing from ``columns``; a pass rate that
+            is not a number in [0, 1], naming the row.
 
     Returns:
         A :class:`Built` with the kept rows and what was rejected, by reason.
@@ -176,6 +191,11 @@ def build_rows(
         answer_fields = spec.answer_fields
     if columns is not None:
         _require_columns(spec, columns, question_fields, answer_fields)
+        if pass_rate_field is not None and not _has_column(columns, pass_rate_field):
+            raise ValueError(
+                f"{spec.name}: --pass-rate-field {pass_rate_field} is not a column of the source, whose "
+                f"columns are {sorted(columns)}."
+            )
 
     out = Built()
     rows = out.rows
@@ -211,7 +231,24 @@ def build_rows(
                     "source_id": str(source_id),
                     "question": full_question,
                     "solution": solution,
+                    "pass_rate": None,
                 },
             }
         )
+        if pass_rate_field is not None:
+            rate = _pass_rate(spec, _get(record, pass_rate_field), pass_rate_field, position)
+            rows[-1]["extra_info"]["pass_rate"] = rate
+            out.without_pass_rate += rate is None
     return out
+
+
+def _pass_rate(spec: SourceSpec, value: Any, name: str, position: int) -> float | None:
+    """``value`` as a pass rate in [0, 1]; None stays None (a row without one)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"{spec.name}: source row {position} has {name}={value!r}; a pass rate must be a number in "
+            "[0, 1] (a share of attempts solved). Pass the column that holds one, or drop --pass-rate-field."
+        )
+    return float(value)

@@ -330,3 +330,44 @@ def test_check_takes_the_answer_format_from_the_source_not_from_the_prompt_text(
     pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), retemplated)
     assert check_files([retemplated]) == []  # gold responses in GSM8K's format, as its spec says
     assert STYLE_OF_SOURCE == {spec.data_source: spec.style for spec in SOURCES.values()}
+
+
+def _with_pass_rates(fixtures_dir: Path, tmp_path: Path, rates: list) -> Path:
+    """The GSM8K fixture's first rows with a nested pass-rate field ``stats.acc`` (None = absent)."""
+    lines = (fixtures_dir / "gsm8k_train.jsonl").read_text().splitlines()[: len(rates)]
+    path = tmp_path / "with_rates.jsonl"
+    rows = [{**json.loads(line), "stats": {"acc": rate}} for line, rate in zip(lines, rates, strict=True)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_pass_rate_field_is_written_to_extra_info_and_read_as_a_prior(fixtures_dir, tmp_path, caplog) -> None:
+    from coba_verl.core.priors import records_from_rows
+
+    source = _with_pass_rates(fixtures_dir, tmp_path, [0.25, None, 1])
+    with caplog.at_level("WARNING", logger="coba_verl.data.prepare"):
+        report = prepare_split(SOURCES["gsm8k"], "train", tmp_path / "out", local_path=source,
+                               pass_rate_field="stats.acc")  # fmt: skip
+    rows = _rows(report.path)
+    assert [r["extra_info"]["pass_rate"] for r in rows] == [0.25, None, 1.0]
+    assert report.with_pass_rate == 2
+    assert any("2 of 3 rows carry a pass rate" in r.getMessage() for r in caplog.records)
+    records = records_from_rows(rows, [r["extra_info"]["index"] for r in rows], "extra_info.pass_rate", 8)
+    assert (records.index, records.successes.tolist(), records.without_prior) == ([0, 2], [2, 8], 1)
+    plain = prepare_split(SOURCES["gsm8k"], "train", tmp_path / "plain", local_path=source)
+    assert plain.with_pass_rate is None
+    assert {r["extra_info"]["pass_rate"] for r in _rows(plain.path)} == {None}  # the schema is fixed
+
+
+@pytest.mark.parametrize(("rate", "shown"), [(1.5, "1.5"), ("high", "'high'"), (True, "True")])
+def test_a_pass_rate_outside_0_1_stops_the_build_naming_the_row(fixtures_dir, tmp_path, rate, shown) -> None:
+    source = _with_pass_rates(fixtures_dir, tmp_path, [0.5, rate])
+    with pytest.raises(ValueError, match=rf"source row 1 has stats.acc={shown}; a pass rate must be"):
+        prepare_split(SOURCES["gsm8k"], "train", tmp_path / "o", local_path=source,
+                      pass_rate_field="stats.acc")  # fmt: skip
+
+
+def test_a_pass_rate_field_the_source_lacks_is_refused_before_any_row(local_paths, tmp_path) -> None:
+    with pytest.raises(ValueError, match="--pass-rate-field difficulty is not a column of the source"):
+        prepare_split(SOURCES["gsm8k"], "train", tmp_path, local_path=local_paths[("gsm8k", "train")],
+                      pass_rate_field="difficulty")  # fmt: skip
