@@ -41,6 +41,7 @@ __all__ = [
     "parse_prior_field",
     "read_prior_file",
     "records_from_rows",
+    "seed_from_table",
     "write_prior_file",
 ]
 
@@ -349,3 +350,25 @@ def apply_priors(
         unknown,
     )
     return applied
+
+
+def seed_from_table(
+    tracker: CapabilityTracker,
+    prompt_ids: PromptIdMap,
+    field: str | None,
+    file: str | None,
+    weight: int,
+    table: Any,
+    id_column: str,
+) -> dict[str, float] | None:
+    """Seed ``tracker`` from ``prior_field`` (columns of ``table``) and ``prior_file`` (records keyed by
+    ``id_column``'s values), if either is set; None when neither is.
+
+    ``table`` is a column table (a HuggingFace ``Dataset``: ``column_names``, ``table[name]``), the
+    training set as the trainer reads it (TRL's ``train_dataset``, OpenRLHF's prompt dataset). Dotted
+    field names read nested fields. The errors are `configured_priors`' and `apply_priors`'.
+    """
+    records = configured_priors(
+        field, file, weight, lambda tops: column_rows(table, tops), lambda: table[id_column]
+    )
+    return None if records is None else apply_priors(tracker, prompt_ids, records)

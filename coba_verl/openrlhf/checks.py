@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
@@ -188,11 +189,11 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
-        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; pass-rate priors
-            (not built for OpenRLHF); ``--coba.group_weight equal`` with a ``--actor.loss_agg_mode``
-            `check_group_weight_mode` does not know; no rollout
-            engine (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples
-            no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
+        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
+            ``--coba.prior_file`` that does not exist; ``--coba.group_weight equal`` with a
+            ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
+            (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples no
+            budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     if args.train.async_enable:
         raise ValueError(
@@ -212,12 +213,11 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "whose groups would carry no signal; drop --algo.dynamic_filtering_enable."
         )
     check_group_weight_mode(coba.group_weight, str(args.actor.loss_agg_mode))
-    for name in ("prior_field", "prior_file"):
-        if getattr(coba, name) is not None:
-            raise ValueError(
-                f"--coba.{name}={getattr(coba, name)!r} is not built for OpenRLHF: pass-rate priors are read "
-                f"from veRL's and TRL's datasets only, so epoch 1 here is uniform. Drop --coba.{name}."
-            )
+    if coba.prior_file is not None and not Path(coba.prior_file).expanduser().is_file():
+        raise ValueError(
+            f"--coba.prior_file={coba.prior_file!r} does not exist: write it with `coba-verl estimate` or by "
+            "hand (JSON lines keyed by the --coba.id_key column's values), or drop --coba.prior_file."
+        )
     if not args.vllm.num_engines:
         raise ValueError(
             f"--vllm.num_engines={args.vllm.num_engines!r}: CoBA budgets are sent to OpenRLHF's rollout "

@@ -19,6 +19,7 @@ import argparse
 import runpy
 import sys
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 from coba_verl.core import CobaConfig
@@ -85,7 +86,10 @@ def main(argv: list[str] | None = None) -> None:
             check_args(args, coba)
         except ValueError as err:
             _refuse(err)
-        args.coba = {"config": asdict(coba), "id_key": id_key}
+        config = asdict(coba)
+        if config["prior_file"] is not None:  # Ray's actors need not share the launcher's directory
+            config["prior_file"] = str(Path(config["prior_file"]).expanduser().resolve())
+        args.coba = {"config": config, "id_key": id_key}
         return args
 
     # train_ppo_ray's __main__ imports both names when it runs, so these stand-ins are what it uses.

@@ -29,6 +29,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import step_metrics
+from coba_verl.core.priors import seed_from_table
 from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
@@ -43,17 +44,9 @@ STATE_KEY = "coba_allocator"
 _UpstreamPPOTrainer = PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
 
 
-def prompt_id_map(strategy: Any, num_rows: int, id_key: str) -> tuple[PromptIdMap, np.ndarray]:
-    """The prompt dataset's ``id_key`` column, loaded as OpenRLHF's `prepare_datasets` loads the rows.
-
-    Returns:
-        (map, ids): the checked id map, and (num_rows,) int64 tracker ids of the rows of OpenRLHF's
-        `PromptDataset`, in its order.
-
-    Raises:
-        ValueError: the column is missing, the row counts differ, and `PromptIdMap`'s refusals
-            (two rows with one id: their pass rates would be merged).
-    """
+def prompt_rows(strategy: Any) -> Any:
+    """The prompt dataset's raw rows (a HuggingFace ``Dataset``), loaded as OpenRLHF's
+    `prepare_datasets` loads them, so that row i is row i of its `PromptDataset`."""
     args = strategy.args
     data = blending_datasets(
         args.data.prompt_dataset,
@@ -63,7 +56,23 @@ def prompt_id_map(strategy: Any, num_rows: int, id_key: str) -> tuple[PromptIdMa
         max_count=args.data.max_samples,
         dataset_split=args.data.prompt_split,
     )
-    data = data.select(range(min(args.data.max_samples, len(data))))  # as prepare_datasets
+    return data.select(range(min(args.data.max_samples, len(data))))  # as prepare_datasets
+
+
+def prompt_id_map(
+    strategy: Any, num_rows: int, id_key: str, data: Any = None
+) -> tuple[PromptIdMap, np.ndarray]:
+    """The prompt dataset's ``id_key`` column (of ``data``, default `prompt_rows`).
+
+    Returns:
+        (map, ids): the checked id map, and (num_rows,) int64 tracker ids of the rows of OpenRLHF's
+        `PromptDataset`, in its order.
+
+    Raises:
+        ValueError: the column is missing, the row counts differ, and `PromptIdMap`'s refusals
+            (two rows with one id: their pass rates would be merged).
+    """
+    data = prompt_rows(strategy) if data is None else data
     if id_key not in data.column_names:
         raise ValueError(
             f"--data.prompt_dataset has no column {id_key!r} (columns: {data.column_names}). CoBA keys each "
@@ -110,11 +119,16 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         )
         coba = strategy.args.coba  # set by coba_verl.openrlhf.train
         self.coba_config = CobaConfig(**coba["config"])
-        dataset = self.prompts_dataloader.dataset
-        id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"])
+        dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
+        id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"], rows)
         dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
         self.id_fingerprint = id_map.fingerprint
         self.allocator = BudgetAllocator(self.coba_config, id_map.num_prompts)
+        cfg = self.coba_config  # priors before any checkpoint: a resume's tracker replaces them
+        seed_from_table(
+            self.allocator.tracker, id_map, cfg.prior_field, cfg.prior_file, cfg.prior_weight, rows,
+            coba["id_key"],
+        )  # fmt: skip
         self.samples_generator = CobaSamplesGenerator(
             strategy=strategy,
             prompts_dataloader=self.prompts_dataloader,

@@ -15,7 +15,7 @@ from datasets import Dataset, IterableDataset
 
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
 from coba_verl.core.group_weight import check_aggregation
-from coba_verl.core.priors import apply_priors, column_rows, configured_priors
+from coba_verl.core.priors import seed_from_table
 from coba_verl.core.prompt_ids import PromptIdMap
 
 __all__ = [
@@ -156,13 +156,9 @@ def seed_priors(
 ) -> None:
     """Seed the tracker with ``coba.prior_field`` (columns of ``train_dataset``; dotted names read
     nested fields) and ``coba.prior_file`` (records keyed by ``id_column``), if set
-    (`coba_verl.core.priors`). A checkpoint loaded later replaces the tracker, priors included."""
-    records = configured_priors(
-        coba.prior_field,
-        coba.prior_file,
-        coba.prior_weight,
-        lambda tops: column_rows(train_dataset, tops),
-        lambda: train_dataset[id_column],
-    )
-    if records is not None:
-        apply_priors(allocator.tracker, id_map, records)
+    (`coba_verl.core.priors.seed_from_table`). A checkpoint loaded later replaces the tracker,
+    priors included."""
+    seed_from_table(
+        allocator.tracker, id_map, coba.prior_field, coba.prior_file, coba.prior_weight, train_dataset,
+        id_column,
+    )  # fmt: skip

@@ -9,6 +9,7 @@ from the step-1 checkpoint (``-m e2e``): one to two minutes each on 2 cores.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -129,3 +130,23 @@ def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny_run,
     assert sorted(again) == [2, 3]
     first = windows(log)
     assert again == {2: first[2], 3: first[3]}
+
+
+@pytest.mark.e2e_extended  # a third launch, about 1.5 min: CI runs the seeding unit test instead
+def test_a_run_with_a_prior_file_allocates_its_first_window_from_it(tiny_run, tmp_path):
+    """Priors of the labels' true pass rates (always 1, never 0, even about 1/2): step 1 moves budget
+    from the solved and unsolvable prompts to the two in between, as from step 2 without priors."""
+    inputs = tiny_run.write_inputs(tmp_path / "inputs")
+    priors = tmp_path / "priors.jsonl"
+    records = [(10, 8, 8), (11, 0, 8), (12, 4, 8), (13, 4, 8)]  # (prompt_id, successes, attempts)
+    lines = [json.dumps({"index": i, "successes": s, "attempts": a}) for i, s, a in records]
+    priors.write_text("".join(line + "\n" for line in lines))
+    flags = tiny_run.openrlhf_flags(inputs, tmp_path, episodes=1) + [
+        "--coba.max_rollouts", "8", "--coba.prior_file", str(priors), "--ckpt.save_steps", "-1",
+    ]  # fmt: skip
+    proc = tiny_run.launch(flags)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    [first] = windows(log).values()  # tracker id -> budget; ids 0-3 are prompt_ids 10-13 (sorted)
+    assert sum(first.values()) == 16 and first != {0: 4, 1: 4, 2: 4, 3: 4}
+    assert first[2] > first[0] and first[3] > first[1]

@@ -40,7 +40,7 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
         (["--coba.max_rollouts", "3"], "--coba.max_rollouts=3", "mean budget per prompt"),
         (["--coba.min_rollouts", "1"], "coba.min_rollouts=1", "has no baseline"),
         (["--coba.strategy", "greedy"], "coba.strategy='greedy'", "choose one of"),
-        (["--coba.prior_file", "p.jsonl"], "--coba.prior_file='p.jsonl'", "epoch 1 here is uniform"),
+        (["--coba.prior_file", "no.jsonl"], "--coba.prior_file='no.jsonl' does not exist", "estimate"),
     ],
 )
 def test_refused_settings_name_the_flag(orl, tiny_run, tmp_path, capsys, extra, flag, why):
@@ -89,6 +89,34 @@ def test_prompt_id_column_refusals(orl, tmp_path, rows, message):
     path.write_text(rows)
     with pytest.raises(ValueError, match=message):
         prompt_id_map(strategy_for(path), 2, "prompt_id")
+
+
+def test_priors_seed_the_tracker_from_the_prompt_column_and_a_file_keyed_by_its_ids(orl, tmp_path):
+    """The same records as veRL and TRL (`seed_from_table`): a row's pass_rate counts as prior_weight
+    attempts, a file's record is keyed by the id column and wins for a prompt in both."""
+    from coba_verl.core import BudgetAllocator, CobaConfig
+    from coba_verl.core.priors import seed_from_table
+    from coba_verl.openrlhf.trainer import prompt_id_map, prompt_rows
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        '{"input": "a", "prompt_id": 7, "pass_rate": 0.25}\n'
+        '{"input": "b", "prompt_id": 3, "pass_rate": null}\n'
+        '{"input": "c", "prompt_id": 5, "pass_rate": 1.0}\n'
+    )
+    priors = tmp_path / "priors.jsonl"
+    priors.write_text(
+        '{"index": 3, "successes": 1, "attempts": 2}\n{"index": 5, "successes": 0, "attempts": 4}\n'
+    )
+    rows = prompt_rows(strategy_for(path))
+    id_map, ids = prompt_id_map(strategy_for(path), 3, "prompt_id", rows)
+    allocator = BudgetAllocator(CobaConfig(max_rollouts=8), id_map.num_prompts)
+    applied = seed_from_table(allocator.tracker, id_map, "pass_rate", str(priors), 8, rows, "prompt_id")
+    assert applied["prior_prompts"] == 3
+    result = allocator.allocate(ids, 12)  # rows in dataset order: ids of 7, 3, 5
+    assert result.pass_rates.tolist() == [0.25, 0.5, 0.0]  # 7 from its row; 3 and 5 from the file
+    assert len(set(result.budgets.tolist())) > 1  # the first window is not uniform
+    assert seed_from_table(allocator.tracker, id_map, None, None, 8, rows, "prompt_id") is None
 
 
 def test_api_check_names_a_changed_method(orl, monkeypatch):
