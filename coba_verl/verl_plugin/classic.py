@@ -166,7 +166,8 @@ class CobaRayPPOTrainer(RayPPOTrainer):
     def _create_dataloader(self, *args: Any, **kwargs: Any) -> None:
         super()._create_dataloader(*args, **kwargs)
         self.train_dataloader = CobaDataLoader.wrap(
-            self.train_dataloader, self.coba_config,
+            self.train_dataloader,
+            self.coba_config,
             model_path=self.config.actor_rollout_ref.model.path,
         )
 

@@ -183,7 +183,8 @@ class CobaTrainer(PPOTrainerSync):
     def _init_dataloader(self) -> None:
         super()._init_dataloader()
         self.train_dataloader = CobaDataLoader.wrap(
-            self.train_dataloader, self.coba_config,
+            self.train_dataloader,
+            self.coba_config,
             model_path=self.config.actor_rollout_ref.model.path,
         )
 
