@@ -219,6 +219,10 @@ def build_rows(
         source_id = next((v for v in (_get(record, f) for f in spec.id_fields) if v is not None), position)
         solutions = (_solution_text(_get(record, f)) for f in spec.solution_fields)
         solution = next((s for s in solutions if s is not None), "")
+        rate = None
+        if pass_rate_field is not None:
+            rate = _pass_rate(spec, _get(record, pass_rate_field), pass_rate_field, position)
+            out.without_pass_rate += rate is None
         rows.append(
             {
                 "data_source": spec.data_source,
@@ -231,14 +235,10 @@ def build_rows(
                     "source_id": str(source_id),
                     "question": full_question,
                     "solution": solution,
-                    "pass_rate": None,
+                    "pass_rate": rate,
                 },
             }
         )
-        if pass_rate_field is not None:
-            rate = _pass_rate(spec, _get(record, pass_rate_field), pass_rate_field, position)
-            rows[-1]["extra_info"]["pass_rate"] = rate
-            out.without_pass_rate += rate is None
     return out
 
 

@@ -25,7 +25,7 @@ class RunSpec:
     ``coba@0.5`` = half the rollouts per step; ``coba:tokens`` = ``coba.group_weight=tokens`` for
     this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
     ``coba+prior`` = the tracker starts from pass rates measured on the warm start
-    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.priors`).
+    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`).
     """
 
     strategy: str

@@ -256,18 +256,34 @@ def _generate(
     return ids, mask, resp, rmask
 
 
+def _sample_scores(
+    model: Qwen2ForCausalLM,
+    ctx: SeedContext,
+    split: Split,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    k: int,
+    gen: torch.Generator,
+    chunk: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """k samples at temperature 1 of every prompt of ``split`` (``ids``/``mask`` its encoding), in
+    chunks of ``chunk`` rows drawn from ``gen``: (rows (n*k,) = [0..n-1, 0..n-1, ...], scores (n*k,))."""
+    rows = np.tile(np.arange(len(split)), k)
+    scores = np.zeros(rows.size, dtype=np.float64)
+    for start in range(0, rows.size, chunk):
+        r = rows[start : start + chunk]
+        _, _, resp, rmask = _generate(model, ctx, ids[r], mask[r], gen)
+        scores[start : start + r.size] = score_batch(
+            decode_responses(ctx.tok, resp, rmask), [split.answers[i] for i in r]
+        )
+    return rows, scores
+
+
 def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
     """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
     gen = _generator(model, 1_000_003 * (ctx.seed + 1))
-    n = len(ctx.eval)
-    rows = np.tile(np.arange(n), k)  # (n*k,) [0..n-1, 0..n-1, ...]
-    succ = np.zeros(n, dtype=np.float64)
-    for start in range(0, rows.size, chunk):
-        r = rows[start : start + chunk]
-        _, _, resp, rmask = _generate(model, ctx, ctx.eval_ids[r], ctx.eval_mask[r], gen)
-        scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.eval.answers[i] for i in r])
-        np.add.at(succ, r, scores)
-    rates = succ / k
+    rows, scores = _sample_scores(model, ctx, ctx.eval, ctx.eval_ids, ctx.eval_mask, k, gen, chunk)
+    rates = np.bincount(rows, weights=scores, minlength=len(ctx.eval)) / k
     per_level = {
         lv.name: float(rates[ctx.eval.levels == i].mean())
         for i, lv in enumerate(ctx.levels)
@@ -287,15 +303,7 @@ def measure_priors(
     sampling is unchanged.
     """
     gen = _generator(model, 104_729 * (ctx.seed + 1))
-    n = len(ctx.train)
-    rows = np.tile(np.arange(n), k)  # (n*k,) [0..n-1, 0..n-1, ...]
-    scores = np.zeros(rows.size, dtype=np.float64)
-    for start in range(0, rows.size, chunk):
-        r = rows[start : start + chunk]
-        _, _, resp, rmask = _generate(model, ctx, ctx.train_ids[r], ctx.train_mask[r], gen)
-        scores[start : start + r.size] = score_batch(
-            decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in r]
-        )
+    rows, scores = _sample_scores(model, ctx, ctx.train, ctx.train_ids, ctx.train_mask, k, gen, chunk)
     return outcome_records(rows.tolist(), scores.tolist(), success_value, f"warm start, {k} samples a prompt")
 
 
