@@ -30,7 +30,8 @@ from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release
 from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import uniform_split
-from coba_verl.core.tracker import CapabilityTracker, _as_int_array
+from coba_verl.core.token_budget import fill_lengths, solve_tokens
+from coba_verl.core.tracker import CapabilityTracker, _as_int_array, scores_to_successes
 from coba_verl.core.values import CobaValue
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,11 @@ class Allocation:
     """Result of one allocation.
 
     Attributes:
-        budgets: (M,) int64 rollouts per prompt; sum == total, min_rollouts <= b <= max_rollouts.
+        budgets: (M,) int64 rollouts per prompt; sum == total (``budget_unit=rollouts``) or
+            sum_i b_i L_i <= total / M * sum_i L_i (``tokens``), min_rollouts <= b <= max_rollouts.
         pass_rates: (M,) float64 p_hat from the tracker, NaN for prompts without history.
+        lengths: (M,) float64 recent mean response tokens per rollout, NaN where unknown (or None).
+        rollouts_per_prompt: total / M, the n of uniform GRPO on this batch.
         strategy: The strategy that produced ``budgets`` (``uniform`` on a cold start).
         alpha: Beta alpha used (NaN when no Beta was involved).
         beta: Beta beta used (NaN when no Beta was involved).
@@ -63,13 +67,17 @@ class Allocation:
     elapsed_s: float = 0.0
     min_rollouts: int = 0
     max_rollouts: int = 0
+    lengths: np.ndarray | None = None
+    rollouts_per_prompt: float = float("nan")
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def metrics(self) -> dict[str, float]:
         """Scalars under ``coba/``: budget statistics, Beta shape, tau, time, and the expected share of
         zero-variance groups (all pass or all fail) under these budgets versus a uniform split,
-        both from p_hat over the prompts with history: mean_i p_i^B_i + (1 - p_i)^B_i."""
+        both from p_hat over the prompts with history: mean_i p_i^B_i + (1 - p_i)^B_i; where some
+        prompt's length is known, the tokens these budgets are expected to generate, sum_i B_i L_i,
+        and what n each would, n sum_i L_i (unknown L_i take the batch's mean of the known)."""
         b = self.budgets.astype(np.float64)
         out = {
             "budget_mean": float(b.mean()),
@@ -90,6 +98,10 @@ class Allocation:
             uni = uniform_split(self.budgets.size, int(self.budgets.sum()))[seen].astype(np.float64)
             out["expected_zero_var_share"] = float(np.mean(p ** b[seen] + (1 - p) ** b[seen]))
             out["expected_zero_var_share_uniform"] = float(np.mean(p**uni + (1 - p) ** uni))
+        filled = fill_lengths(self.lengths) if self.lengths is not None else None
+        if filled is not None:
+            out["expected_tokens"] = float(np.sum(b * filled))
+            out["expected_tokens_uniform"] = float(self.rollouts_per_prompt * filled.sum())
         out.update(self.extra)
         return {METRIC_PREFIX + k: v for k, v in out.items()}
 
@@ -101,6 +113,7 @@ def allocate_from_rates(
     *,
     shape: tuple[float, float],
     last_pass_rates: np.ndarray | None = None,
+    lengths: np.ndarray | None = None,
 ) -> Allocation:
     """Dispatch on ``config.strategy`` given pass rates (M,) with NaN for unseen prompts.
 
@@ -111,6 +124,9 @@ def allocate_from_rates(
         shape: (alpha, beta) of the tracker for coba/coba_release/reverse; ignored by static
             (which uses ``config.static_alpha/beta``), uniform and knapsack.
         last_pass_rates: (M,) rates at the last appearance for ``knapsack`` (defaults to p_hat).
+        lengths: (M,) recent mean response lengths, NaN where unknown; under
+            ``budget_unit=tokens`` the budgets satisfy sum_i B_i L_i <= total / M * sum_i L_i
+            (`coba_verl.core.token_budget`), unknown L_i taking the mean of the known ones.
     """
     cfg = config
     p_hat = np.asarray(p_hat, dtype=np.float64)
@@ -124,7 +140,10 @@ def allocate_from_rates(
         strategy="uniform",
         min_rollouts=low,
         max_rollouts=up,
+        lengths=None if lengths is None else np.asarray(lengths, dtype=np.float64),
+        rollouts_per_prompt=total / m,
     )
+    filled = fill_lengths(lengths) if cfg.budget_unit == "tokens" and lengths is not None else None
     if cfg.strategy == "uniform":
         pass
     elif cfg.strategy == "knapsack":
@@ -140,12 +159,45 @@ def allocate_from_rates(
         if cfg.strategy == "coba_release":
             result.budgets, info = allocate_release(p, total, low, up, value, solver=cfg.solver)
             result.extra.update(info)
+        elif filled is not None:
+            capacity = total / m * float(filled.sum())  # what n each would spend
+            result.budgets = solve_tokens(value.gains(p), filled, capacity, low, up)
+            result.extra["token_budget"] = capacity
         else:
             result.budgets = solve(value.gains(p), total, low, up, solver=cfg.solver)
         result.strategy = cfg.strategy
         result.alpha, result.beta, result.tau = alpha, beta, value.last_tau
-    assert int(result.budgets.sum()) == int(total), "allocation must spend exactly the budget"
+    if "token_budget" not in result.extra and int(result.budgets.sum()) != int(total):
+        raise RuntimeError(f"allocation spent {int(result.budgets.sum())} rollouts, not the budget {total}")
     return result
+
+
+def prompt_mean_score(ids: Any, scores: Any) -> float:
+    """Mean over the distinct prompts of each prompt's mean score: (1 / P) sum_p mean{s_r : id_r = p}.
+
+    Unlike a mean over rollouts (veRL's ``critic/score/mean``, TRL's ``reward``), every prompt
+    weighs the same whatever its budget B_i, so it compares across strategies; it equals the mean
+    over rollouts when every prompt has the same number of scores. The ``coba/prompt_mean_score``
+    of every trainer: ids [3, 3, 3, 8], scores [1, 1, 1, 0] -> (1 + 0) / 2 = 0.5 (rollout mean 0.75).
+
+    Args:
+        ids: (R,) integer prompt key of each scored rollout.
+        scores: (R,) each rollout's score; NaN when R = 0.
+
+    Raises:
+        ValueError: ids and scores of different lengths, or a score that is not finite (the
+            tracker's rule, `scores_to_successes`, naming its position).
+    """
+    ids_a = _as_int_array("ids", ids)
+    s = np.asarray(scores, dtype=np.float64)
+    if s.shape != ids_a.shape:
+        raise ValueError(f"ids {ids_a.shape} and scores {s.shape} must have the same length.")
+    if not s.size:
+        return float("nan")
+    scores_to_successes(s)  # refuses a score that is not finite, naming its position
+    _, inv = np.unique(ids_a, return_inverse=True)  # (R,) prompt of each rollout, 0..P-1
+    means = np.bincount(inv, weights=s) / np.bincount(inv)  # (P,) each prompt's mean score
+    return float(means.mean())
 
 
 class BudgetAllocator:
@@ -177,14 +229,20 @@ class BudgetAllocator:
             self.config,
             shape=self.tracker.shape(reverse=strategy == "reverse"),
             last_pass_rates=self.tracker.last_pass_rates(ids_a) if strategy == "knapsack" else None,
+            lengths=self.tracker.mean_lengths(ids_a),
         )
         result.elapsed_s = time.perf_counter() - start
         return result
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, rollout_ids: Any, scores: Any) -> None:
-        """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value."""
+    def observe(self, rollout_ids: Any, scores: Any, lengths: Any = None) -> None:
+        """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value.
+
+        ``lengths`` (R,): each rollout's response tokens, for the token budget and the cost metrics.
+        """
         self.tracker.record_scores(rollout_ids, scores, self.config.success_value)
+        if lengths is not None:
+            self.tracker.record_lengths(rollout_ids, lengths)
         ids = _as_int_array("rollout_ids", rollout_ids)
         if ids.size:
             self._step_scores.append((ids, np.asarray(scores, np.float64).reshape(-1)))
@@ -196,10 +254,8 @@ class BudgetAllocator:
     def end_step(self) -> dict[str, float]:
         """Commit the step into the tracker; returns ``coba/``-prefixed statistics of the step.
 
-        Besides the tracker's statistics, ``prompt_mean_score`` = mean over the step's prompts of
-        each prompt's mean raw score (of the rollouts passed to `observe`): unlike a mean over
-        rollouts (veRL's ``critic/score/mean``, TRL's ``reward``), every prompt weighs the same
-        whatever its budget, so it compares across strategies.
+        Besides the tracker's statistics, ``prompt_mean_score`` (`prompt_mean_score`) of the
+        rollouts passed to `observe` this step.
         """
         stats = self.tracker.end_step()
         renamed = {"alpha": "alpha_next", "beta": "beta_next"}
@@ -207,10 +263,7 @@ class BudgetAllocator:
         if self._step_scores:
             ids = np.concatenate([i for i, _ in self._step_scores])
             scores = np.concatenate([s for _, s in self._step_scores])
-            uniq, inv = np.unique(ids, return_inverse=True)
-            counts = np.bincount(inv, minlength=uniq.size)
-            means = np.bincount(inv, weights=scores, minlength=uniq.size) / counts  # (P,) per prompt
-            out[METRIC_PREFIX + "prompt_mean_score"] = float(means.mean())
+            out[METRIC_PREFIX + "prompt_mean_score"] = prompt_mean_score(ids, scores)
         self._step_scores = []
         return out
 
@@ -237,6 +290,6 @@ class BudgetAllocator:
                 self.config.strategy,
             )
         self.tracker.load_state_dict(state["tracker"])
-        saved = state.get("step_scores")  # absent in checkpoints of older coba-verl versions
-        ids = np.asarray(saved["ids"], np.int64) if saved is not None else np.zeros(0, np.int64)
+        saved = state["step_scores"]
+        ids = np.asarray(saved["ids"], np.int64)
         self._step_scores = [(ids, np.asarray(saved["scores"], np.float64))] if ids.size else []

@@ -56,6 +56,7 @@ def allocate(
     kappa: float = CobaConfig.kappa,
     tau: float | None = CobaConfig.tau,
     solver: str = CobaConfig.solver,
+    lengths: Any = None,
 ) -> np.ndarray:
     """Rollouts per prompt maximising sum_i V(B_i, p_i) s.t. sum B_i = total_budget, bounds (Spec §5).
 
@@ -78,9 +79,14 @@ def allocate(
         kappa: alpha + beta when the shape is derived.
         tau: saturation temperature; ``None`` is the adaptive rule (spec §4).
         solver: ``fast`` | ``heap`` | ``dp``: all exact, ``fast`` is quickest.
+        lengths: (M,) mean response tokens per rollout of each prompt (NaN: unknown), or None.
+            Given, the budget counts tokens (``budget_unit=tokens``): sum_i B_i L_i <=
+            total_budget / M * sum_i L_i, so the sum of the budgets varies
+            (`coba_verl.core.token_budget`; coba, static and reverse only).
 
     Returns:
-        (M,) int64 budgets, summing to ``total_budget``, within [min_rollouts, max_rollouts].
+        (M,) int64 budgets within [min_rollouts, max_rollouts], summing to ``total_budget`` (with
+        ``lengths``: sum_i B_i L_i <= total_budget / M * sum_i L_i).
 
     Raises:
         ValueError: infeasible budget, empty batch, pass rates outside [0, 1], unknown strategy or
@@ -118,6 +124,7 @@ def allocate(
         kappa=kappa,
         tau=tau,
         solver=solver,
+        budget_unit="rollouts" if lengths is None else "tokens",
         **({"static_alpha": alpha, "static_beta": beta} if fixed and strategy == "static" else {}),
     )
     check_budget(
@@ -134,4 +141,8 @@ def allocate(
     known = p[~np.isnan(p)]
     f_bar = 1.0 - float(known.mean()) if known.size else float("nan")
     shape = (alpha, beta) if fixed else capability_shape(f_bar, config.kappa, reverse=strategy == "reverse")
-    return allocate_from_rates(p, total, config, shape=shape).budgets
+    if lengths is not None:
+        lengths = _as_floats(lengths, "lengths")
+        if lengths.shape != p.shape:
+            raise ValueError(f"lengths has {lengths.size} entries for {p.size} pass rates.")
+    return allocate_from_rates(p, total, config, shape=shape, lengths=lengths).budgets

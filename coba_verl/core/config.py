@@ -18,20 +18,27 @@ from coba_verl.core.group_weight import check_group_weight
 
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
 SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
+BUDGET_UNITS: tuple[str, ...] = ("rollouts", "tokens")
+#: Strategies whose value `coba_verl.core.token_budget` can maximise under a token budget.
+TOKEN_BUDGET_STRATEGIES: tuple[str, ...] = ("coba", "static", "reverse")
 
 #: B_low can be no lower: under GRPO a group of one rollout has no baseline, so its advantage would
 #: be its raw score.
 GRPO_MIN_ROLLOUTS = 2
 
 _COBA_VALUE = ("tau", "solver", "unseen_pass_rate", "p_clip_low", "p_clip_high")
+#: What makes the pass rates: every strategy but ``uniform`` reads them.
+_PASS_RATES = ("success_value", "prior_field", "prior_file", "prior_weight")
 #: Knobs (besides the bounds) that change each strategy's budgets. A knob set away from its default
 #: under a strategy that does not read it is reported with a `UserWarning`, never silently dropped.
+#: ``window`` (the pass rates' and F_bar's) is not read by ``knapsack``, which allocates from each
+#: prompt's last pass rate, nor by ``uniform``, which reads no pass rate.
 READS: dict[str, tuple[str, ...]] = {
-    "coba": ("kappa", *_COBA_VALUE),
-    "coba_release": ("kappa", *_COBA_VALUE),
-    "reverse": ("kappa", *_COBA_VALUE),
-    "static": ("static_alpha", "static_beta", *_COBA_VALUE),
-    "knapsack": ("solver",),
+    "coba": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
+    "coba_release": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
+    "reverse": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
+    "static": ("static_alpha", "static_beta", "window", *_COBA_VALUE, *_PASS_RATES),
+    "knapsack": ("solver", *_PASS_RATES),
     "uniform": (),
 }
 _STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
@@ -144,6 +151,13 @@ class CobaConfig:
         prior_file: A JSON-lines file of prior records keyed by the prompt's index
             (``{"index": 17, "successes": 3, "attempts": 8}`` or ``{"index": 17, "pass_rate":
             0.375}``); with ``prior_field`` too, the file's records win for the prompts in both.
+        budget_unit: What the step's budget counts. ``rollouts`` (the paper): sum_i B_i = M x n.
+            ``tokens``: sum_i B_i L_i <= n sum_i L_i, L_i the prompt's recent mean response length
+            (from the tracker; unknown ones take the batch's mean of the known), so the step
+            generates about the tokens uniform GRPO would on the same prompts; the number of
+            rollouts then varies from step to step (`coba_verl.core.token_budget`, docs/algorithm.md,
+            "Token budget"). Only for ``coba``, ``static`` and ``reverse``; a batch with no length
+            known is allocated as under ``rollouts``.
         prior_weight: Attempts a bare pass rate counts as (its successes are rounded to
             pass_rate x prior_weight). Must be >= 1.
 
@@ -171,6 +185,7 @@ class CobaConfig:
     prior_field: str | None = None
     prior_file: str | None = None
     prior_weight: int = 8
+    budget_unit: str = "rollouts"
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -217,6 +232,16 @@ class CobaConfig:
                 "must satisfy 0 < low < high < 1."
             )
         self.group_weight = check_group_weight(self.group_weight, name("group_weight"))
+        if self.budget_unit not in BUDGET_UNITS:
+            raise ValueError(
+                f"{name('budget_unit')}={self.budget_unit!r} is unknown; choose one of {BUDGET_UNITS}."
+            )
+        if self.budget_unit == "tokens" and self.strategy not in TOKEN_BUDGET_STRATEGIES:
+            raise ValueError(
+                f"{name('budget_unit')}='tokens' needs a strategy whose value is maximised under a token "
+                f"budget, one of {TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates "
+                "rollouts only."
+            )
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):

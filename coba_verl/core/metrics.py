@@ -15,6 +15,16 @@ Per step (names after the ``coba/`` prefix):
     F_t, F_bar, F_tilde, alpha_next, beta_next        tracker after this step (spec §3)
     all_pass_share, all_fail_share                    observed zero-variance groups of this step
     prompt_mean_score                                 mean over prompts of each prompt's mean score
+    expected_tokens[_uniform]                         sum_i B_i L_i / n sum_i L_i from the prompts'
+                                                      recent mean lengths L_i (where any is known)
+    token_budget                                      C of ``budget_unit=tokens``
+
+The veRL trainer adds what the step generated and trained (docs/verl.md, "What a step costs"):
+    rollouts_generated, tokens_generated              sessions submitted / response tokens observed
+    trained_groups, trained_rollouts, trained_rows    groups, sessions and rows of the update
+    tokens_trained, padding_rows, optimizer_steps     response tokens of those rows, veRL's padding
+                                                      rows, mini-batches x ppo_epochs
+    evicted_groups, evicted_rollouts, trimmed_rollouts, failed_rollouts   generated, not trained
 """
 
 from __future__ import annotations
@@ -60,6 +70,9 @@ def merge_allocations(allocations: list[Allocation]) -> Allocation:
         last,
         budgets=np.concatenate([a.budgets for a in allocations]),
         pass_rates=np.concatenate([a.pass_rates for a in allocations]),
+        lengths=None
+        if any(a.lengths is None for a in allocations)
+        else np.concatenate([a.lengths for a in allocations]),
         elapsed_s=sum(a.elapsed_s for a in allocations),
     )
 

@@ -1,7 +1,8 @@
-"""`CapabilityTracker`: per-prompt pass rates and the global failure rate (spec §2-3).
+"""`CapabilityTracker`: per-prompt pass rates and the global failure rate (spec §2-3), and each
+prompt's recent mean response length (for the token budget and the cost metrics, docs/algorithm.md).
 
 State is kept in flat arrays indexed by the stable prompt id (a dataset's ``extra_info.index``),
-so 10^6 prompts with a window of 3 cost about 30 MB and every operation is vectorised.
+so 10^6 prompts with a window of 3 cost about 44 MB and every operation is vectorised.
 
 Notation: N = id space size, k = window, M = prompts in a step, R = rollouts in a call.
 """
@@ -18,7 +19,7 @@ from coba_verl.core.config import CobaConfig
 
 logger = logging.getLogger(__name__)
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
 
 
 def _as_int_array(name: str, values: Any) -> np.ndarray:
@@ -107,9 +108,11 @@ class CapabilityTracker:
         self._succ = np.zeros((n, k), dtype=np.int32)  # (N, k) successes per appearance
         self._roll = np.zeros((n, k), dtype=np.int32)  # (N, k) rollouts per appearance, 0 = empty slot
         self._appearances = np.zeros(n, dtype=np.int64)  # (N,) total appearances; ring slot = count % k
+        self._length = np.full((n, k), np.nan, dtype=np.float32)  # (N, k) mean response tokens, NaN = none
         self._fail_window = np.full(k, np.nan)  # (k,) last k values of F_t, ring
         self._steps = 0
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_lengths: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, tokens) per rollout
 
     # ------------------------------------------------------------------ recording
     def _check_ids(self, ids: np.ndarray) -> None:
@@ -187,6 +190,7 @@ class CapabilityTracker:
             return
         self._succ[ids_a] = 0
         self._roll[ids_a] = 0
+        self._length[ids_a] = np.nan
         self._succ[ids_a, 0] = succ
         self._roll[ids_a, 0] = att
         self._appearances[ids_a] = 1
@@ -202,6 +206,38 @@ class CapabilityTracker:
         if ids_a.shape != succ.shape:
             raise ValueError(f"ids and scores must have the same length, got {ids_a.size} and {succ.size}.")
         self.record(ids_a, succ, np.ones_like(succ))
+
+    def record_lengths(self, ids: Any, tokens: Any) -> None:
+        """Record the response length in tokens of rollouts of this step: ``ids`` (R,), ``tokens`` (R,).
+
+        A prompt's mean length (`mean_lengths`) averages the rollouts whose length was recorded over
+        the same window of appearances as its pass rate.
+
+        Raises:
+            ValueError: lengths differ, an id is outside [0, N), or a token count is negative.
+        """
+        ids_a = _as_int_array("ids", ids)
+        tok = _as_int_array("tokens", tokens)
+        if ids_a.shape != tok.shape:
+            raise ValueError(f"ids and tokens must have the same length, got {ids_a.size} and {tok.size}.")
+        self._check_ids(ids_a)
+        if tok.size and int(tok.min()) < 0:
+            raise ValueError(f"a response length is {int(tok.min())} tokens: lengths are >= 0.")
+        if ids_a.size:
+            self._pending_lengths.append((ids_a.copy(), tok.copy()))
+
+    def _pending_length_totals(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, rollouts measured) of this step for each of the sorted unique ``ids``."""
+        tokens = np.zeros(ids.size, dtype=np.int64)
+        measured = np.zeros(ids.size, dtype=np.int64)
+        if self._pending_lengths and ids.size:
+            rid = np.concatenate([p[0] for p in self._pending_lengths])
+            tok = np.concatenate([p[1] for p in self._pending_lengths])
+            pos = np.searchsorted(ids, rid)
+            hit = (pos < ids.size) & (ids[np.minimum(pos, ids.size - 1)] == rid)
+            np.add.at(tokens, pos[hit], tok[hit])
+            np.add.at(measured, pos[hit], 1)
+        return tokens, measured
 
     def pending_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This step's recorded totals so far: (unique ids, successes, rollouts), sorted by id."""
@@ -228,12 +264,16 @@ class CapabilityTracker:
         self._pending.clear()
         keep = roll > 0
         ids, succ, roll = ids[keep], succ[keep], roll[keep]
+        tokens, measured = self._pending_length_totals(ids)
+        self._pending_lengths.clear()
         if ids.size == 0:
             logger.warning("CapabilityTracker.end_step() with no recorded rollouts: state unchanged.")
             return {}
         slot = self._appearances[ids] % self.window
         self._succ[ids, slot] = succ
         self._roll[ids, slot] = roll
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self._length[ids, slot] = np.where(measured > 0, tokens / np.maximum(measured, 1), np.nan)
         self._appearances[ids] += 1
 
         rate = succ / roll  # (M,) per-prompt success rate of this step
@@ -261,6 +301,19 @@ class CapabilityTracker:
         roll = self._roll[ids_a].sum(axis=1, dtype=np.int64)
         out = np.full(ids_a.size, np.nan)
         np.divide(succ, roll, out=out, where=roll > 0)
+        return out
+
+    def mean_lengths(self, ids: Any) -> np.ndarray:
+        """(M,) float64 mean response tokens per rollout over each prompt's window (each appearance's
+        mean weighted by its rollouts); NaN where no length was recorded."""
+        ids_a = _as_int_array("ids", ids)
+        self._check_ids(ids_a)
+        length = self._length[ids_a].astype(np.float64)  # (M, k)
+        weight = np.where(np.isnan(length), 0, self._roll[ids_a]).astype(np.float64)
+        total = np.sum(np.nan_to_num(length) * weight, axis=1)
+        count = weight.sum(axis=1)
+        out = np.full(ids_a.size, np.nan)
+        np.divide(total, count, out=out, where=count > 0)
         return out
 
     def last_pass_rates(self, ids: Any) -> np.ndarray:
@@ -313,6 +366,12 @@ class CapabilityTracker:
         Rollouts recorded but not yet committed by :meth:`end_step` are included too.
         """
         ids, succ, roll = self.pending_totals()
+        length_ids = (
+            np.concatenate([p[0] for p in self._pending_lengths]) if self._pending_lengths else ids[:0]
+        )
+        length_tokens = (
+            np.concatenate([p[1] for p in self._pending_lengths]) if self._pending_lengths else ids[:0]
+        )
         return {
             "version": _STATE_VERSION,
             "num_prompts": self.num_prompts,
@@ -322,10 +381,13 @@ class CapabilityTracker:
             "successes": self._succ.copy(),
             "rollouts": self._roll.copy(),
             "appearances": self._appearances.copy(),
+            "mean_lengths": self._length.copy(),
             "fail_window": self._fail_window.copy(),
             "pending_ids": ids,
             "pending_successes": succ,
             "pending_rollouts": roll,
+            "pending_length_ids": length_ids,
+            "pending_length_tokens": length_tokens,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -344,8 +406,13 @@ class CapabilityTracker:
         self._succ = np.asarray(state["successes"], dtype=np.int32).copy()
         self._roll = np.asarray(state["rollouts"], dtype=np.int32).copy()
         self._appearances = np.asarray(state["appearances"], dtype=np.int64).copy()
+        self._length = np.asarray(state["mean_lengths"], dtype=np.float32).copy()
         self._fail_window = np.asarray(state["fail_window"], dtype=np.float64).copy()
         self._pending.clear()
+        self._pending_lengths.clear()
+        length_ids = np.asarray(state["pending_length_ids"], dtype=np.int64)
+        if length_ids.size:
+            self.record_lengths(length_ids, state["pending_length_tokens"])
         pending_ids = np.asarray(state["pending_ids"], dtype=np.int64)
         if pending_ids.size:
             self.record(pending_ids, state["pending_successes"], state["pending_rollouts"])

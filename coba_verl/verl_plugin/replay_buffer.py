@@ -1,4 +1,5 @@
-"""`CobaReplayBuffer`: veRL's sync `ReplayBuffer` that shows every group it clears untrained.
+"""`CobaReplayBuffer`: veRL's sync `ReplayBuffer` that shows every group it clears untrained and,
+under per-prompt budgets with DAPO, trains exactly M x n rollouts a step.
 
 Under DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) veRL's sync buffer evicts
 all-pass / all-fail groups, discards the surplus groups drained at the end of a step, and (with
@@ -6,19 +7,51 @@ all-pass / all-fail groups, discards the surplus groups drained at the end of a 
 ``ReplayBuffer._clear_groups`` (``verl/trainer/ppo/v1/replay_buffer.py``), which deletes their
 trajectories from TransferQueue. The tracker needs them first: an all-fail group is the most
 informative observation CoBA-RL gets about a hard prompt. This subclass calls ``on_clear`` with
-the groups' trajectory keys before veRL's own clear; nothing else changes.
+the groups' trajectory keys before veRL's own clear.
+
+Under DAPO (or ``sync_refill_failed_groups``), veRL's `ReplayBuffer.sample` waits for M groups
+with a reward spread and trains them whole: with budgets B_i that is sum_i B_i rollouts over the
+surviving groups, not M x n. With ``rollouts_per_prompt`` set, `sample` counts rollouts instead:
+it waits (refilling as veRL does, plus a refill for the rollouts still missing when nothing is in
+flight) until the ready groups hold M x n sessions, then trains the groups `select_to_budget`
+picks, one of them possibly cut; the sessions cut away go to ``on_trim`` before they are cleared.
+Validation, and runs without DAPO or failed-group refill, use veRL's `sample` unchanged.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import (
+    FILTER_GROUPS_REWARD_METRIC,
+    ReplayBuffer,
+    _accumulate_eviction_metrics,
+)
+
+from coba_verl.verl_plugin.trained_budget import select_to_budget
+
+logger = logging.getLogger(__name__)
 
 #: ``on_clear(partition_id, uids, trajectory tags {key: tag} of the partition)``.
 ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
+#: ``on_trim(partition_id, {key: tag} of the sessions cut from a trained group)``.
+TrimObserver = Callable[[str, dict[str, dict]], None]
+
+
+def sessions_of(keys: list[str]) -> dict[str, dict[int, list[str]]]:
+    """``uid -> {session: its keys}`` of trajectory keys ``{uid}_{session}_{output}``."""
+    groups: dict[str, dict[int, list[str]]] = {}
+    for key in keys:
+        uid, session, _ = key.rsplit("_", 2)
+        groups.setdefault(uid, {}).setdefault(int(session), []).append(key)
+    return groups
 
 
 class CobaReplayBuffer(ReplayBuffer):
@@ -30,12 +63,24 @@ class CobaReplayBuffer(ReplayBuffer):
             trajectory tags, while their data is still in TransferQueue.
     """
 
-    def __init__(self, *args: Any, on_clear: ClearObserver, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        on_clear: ClearObserver,
+        rollouts_per_prompt: int | None = None,
+        min_group_size: int = 2,
+        on_trim: TrimObserver | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.on_clear = on_clear
+        self.rollouts_per_prompt = rollouts_per_prompt
+        self.min_group_size = min_group_size
+        self.on_trim = on_trim
+        self.last_shortfall = 0  # rollouts the last counted sample trained below its target
 
     @classmethod
-    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver) -> CobaReplayBuffer:
+    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> CobaReplayBuffer:
         """A `CobaReplayBuffer` built with every constructor argument of veRL's ``buffer``.
 
         The argument names come from `ReplayBuffer`'s signature (veRL stores each under its own
@@ -51,9 +96,136 @@ class CobaReplayBuffer(ReplayBuffer):
                 f"cannot rebuild veRL's replay buffer: ReplayBuffer takes {missing} but the buffer does not "
                 "expose them. This veRL version is not supported by coba-verl (tested with 0.9.1)."
             )
-        return cls(**{n: getattr(buffer, n) for n in names}, on_clear=on_clear)
+        return cls(**{n: getattr(buffer, n) for n in names}, on_clear=on_clear, **options)
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         if uids:
             self.on_clear(partition_id, set(uids), self.partitions[partition_id])
         super()._clear_groups(partition_id, uids)
+
+    # ------------------------------------------------------------------ rollout-counted sampling
+    def counts_rollouts(self, partition_id: str) -> bool:
+        """True where `sample` counts rollouts: training, with budgets, under DAPO or failed-group refill."""
+        return (
+            partition_id != "val"
+            and self.rollouts_per_prompt is not None
+            and (self.filter_groups_metric is not None or self.sync_refill_failed_groups)
+        )
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """veRL's `sample`, or, where `counts_rollouts`, a batch of exactly ``batch_size`` x n sessions."""
+        if not self.counts_rollouts(partition_id):
+            return super().sample(global_steps, partition_id, batch_size)
+        return self._sample_rollouts(global_steps, partition_id, batch_size * self.rollouts_per_prompt)
+
+    def _sample_rollouts(self, global_steps: int, partition_id: str, target: int) -> tuple[KVBatchMeta, dict]:
+        """Wait until the ready groups hold ``target`` sessions, then train exactly that many.
+
+        The waiting follows veRL's sync DAPO policy: k groups evicted add 2k prompts of refill
+        credit, dispatched within ``max_inflight_gen_batches`` x M prompts in flight; once enough is
+        ready, nothing more is dispatched and what is in flight is drained. One addition: when nothing
+        is in flight, no credit is left and the ready groups still hold fewer than ``target``
+        sessions (they survived the filter but are small), ceil(missing / n) prompts are refilled,
+        where veRL, counting groups, would already be done.
+        """
+        last_debug_time = time.time()
+        eviction_metrics: dict = {}
+        credit, draining = 0, False
+        max_inflight = self.max_inflight_gen_batches * (self.train_batch_size or 1)
+        while True:
+            self._sync_metadata_from_transfer_queue()
+            reasons = self._terminal_eviction_reasons(global_steps, partition_id)
+            failed_count = len(reasons[2])
+            evicted, stale_count, dapo_count, metrics = self._evict_terminal_groups(
+                global_steps, partition_id, reasons
+            )
+            if evicted:
+                _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
+            ready = self._sampleable_terminal_keys(partition_id, reasons)
+            groups = sessions_of([k for k in self.partitions[partition_id] if k.split("_")[0] in ready])
+            ready_sessions = sum(len(groups.get(uid, {})) for uid in ready)
+            inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
+            enough = ready_sessions >= target
+            if enough:
+                draining, credit = True, 0
+            elif not draining:
+                credit += 2 * dapo_count + failed_count
+                if credit == 0 and inflight == 0:
+                    credit = math.ceil((target - ready_sessions) / self.rollouts_per_prompt)
+                dispatch = min(credit, max(0, max_inflight - inflight))
+                if dispatch > 0:
+                    self.refill_fn(dispatch)
+                    credit -= dispatch
+                    continue
+            if enough and inflight == 0:
+                batch, surplus = self._take(partition_id, ready, groups, target)
+                if surplus:
+                    key = f"{self._metrics_prefix(partition_id)}/filter_groups/discarded_surplus_samples"
+                    eviction_metrics[key] = eviction_metrics.get(key, 0) + surplus
+                return batch, eviction_metrics
+            last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)
+
+    def _take(
+        self, partition_id: str, ready: set[str], groups: dict[str, dict[int, list[str]]], target: int
+    ) -> tuple[KVBatchMeta, int]:
+        """Train `select_to_budget`'s groups; cut sessions go to ``on_trim``, the rest to ``on_clear``.
+
+        Returns:
+            The batch, and the number of ready groups cleared untrained (veRL's discarded surplus).
+        """
+        steps = self.prompt_global_steps[partition_id]
+        order = sorted(ready, key=lambda uid: steps.get(uid, 0))  # oldest first, as veRL's selection
+        order = [uid for uid in order if groups.get(uid)]
+        sizes = [len(groups[uid]) for uid in order]
+        choice = select_to_budget(sizes, target, self.min_group_size)
+        self.last_shortfall = choice.shortfall
+        if choice.shortfall:
+            logger.warning(
+                "the ready groups could not make exactly %d rollouts; this step trains %d",
+                target,
+                target - choice.shortfall,
+            )
+        selected = [order[i] for i in choice.whole]
+        snapshot = dict(self.partitions[partition_id])
+        if choice.cut is not None:
+            uid, keep = order[choice.cut[0]], choice.cut[1]
+            kept = self._sessions_to_keep(partition_id, groups[uid], keep)
+            cut_keys = [key for s, keys in groups[uid].items() if s not in kept for key in keys]
+            if self.on_trim is not None:
+                self.on_trim(partition_id, {key: snapshot[key] for key in cut_keys})
+            tq.kv_clear(partition_id=partition_id, keys=cut_keys)
+            for key in cut_keys:
+                del snapshot[key]
+                del self.partitions[partition_id][key]
+            selected.append(uid)
+        surplus = ready - set(selected)
+        if surplus:
+            self._clear_groups(partition_id, surplus)
+        return self._materialize_batch(partition_id, selected, snapshot), len(surplus)
+
+    def _sessions_to_keep(self, partition_id: str, sessions: dict[int, list[str]], keep: int) -> set[int]:
+        """``keep`` sessions of a group that keep its spread on the filter metric: the first session,
+        the first one whose value differs from it, then the others in session order."""
+        order = sorted(sessions)
+        values = self._session_values(partition_id, {s: sessions[s] for s in order})
+        first = values[order[0]]
+        other = next((s for s in order if values[s] != first), None)
+        ranked = [order[0]] + ([other] if other is not None else [])
+        ranked += [s for s in order if s not in ranked]
+        return set(ranked[:keep])
+
+    def _session_values(self, partition_id: str, sessions: dict[int, list[str]]) -> dict[int, float]:
+        """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores)."""
+        last = {s: max(keys, key=lambda k: int(k.rsplit("_", 1)[1])) for s, keys in sessions.items()}
+        keys = list(last.values())
+        metric = self.filter_groups_metric or FILTER_GROUPS_REWARD_METRIC
+        if metric == FILTER_GROUPS_REWARD_METRIC:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+            values = [float(v.sum().item()) for v in list(data["rm_scores"])]
+        else:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+            values = []
+            for field in list(data["extra_fields"]):
+                extra = getattr(field, "data", field)
+                values.append(float(extra.get("reward_extra_info", {}).get(metric, float("nan"))))
+        return dict(zip(last, values, strict=True))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import numpy as np
+
 
 def final_outputs(keys: Iterable[str], tags: Iterable[Mapping] | None = None) -> dict[str, dict[int, str]]:
     """``uid -> {session: key of the session's last output}``, padding rows left out.
@@ -52,3 +54,20 @@ def count_failed_sessions(uid: str, sessions: Iterable[int], budget: int) -> int
             "veRL's AgentLoopWorkerTQ does."
         )
     return budget - len(sessions)
+
+
+def session_tokens(groups: Mapping[str, Mapping[int, str]], tags: Mapping[str, Mapping]) -> np.ndarray:
+    """Response tokens of each session of ``groups`` (``uid -> {session: final key}``), summed over
+    the session's outputs in ``tags`` (``key -> tag`` with veRL's ``response_len``), in the order
+    the sessions are listed: ``{"a": {0: "a_0_1"}}`` with tags a_0_0 (3 tokens), a_0_1 (5) -> [8]."""
+    per_session: dict[tuple[str, int], int] = {}
+    for key, tag in tags.items():
+        if tag.get("is_padding", False):
+            continue
+        uid, session, _ = key.rsplit("_", 2)
+        if uid in groups and int(session) in groups[uid]:
+            per_session[uid, int(session)] = per_session.get((uid, int(session)), 0) + int(
+                tag.get("response_len", 0)
+            )
+    order = [(uid, session) for uid, sessions in groups.items() for session in sessions]
+    return np.asarray([per_session.get(pair, 0) for pair in order], dtype=np.int64)

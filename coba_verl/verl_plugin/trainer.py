@@ -8,7 +8,9 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 ``_init_resource_pool_mgr``  veRL's worker map; with the CPU backend on (``coba_cpu.enable``), its
                              actor worker swapped for the gloo-only one (`coba_verl.cpu.workers`).
 ``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
-                             groups DAPO evicts or discards to the tracker before clearing them.
+                             groups DAPO evicts or discards to the tracker before clearing them and,
+                             under DAPO with budgets, trains exactly M * rollout.n rollouts a step
+                             (`trained_budget`; the sessions it cuts go to the tracker too).
 ``_next_train_batch``        prompts in sampler order, allocated a window of M = train_batch_size
                              at a time: B = allocate(ids, M * rollout.n), ``batch["__rollout_n__"]
                              = B`` (int64), which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as
@@ -19,8 +21,9 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid); with
                              ``coba.group_weight=equal`` each session's advantage times
                              (R / G) / B_g (`group_weight_of_keys`); then the trained groups'
-                             scores go to the tracker (`sessions`' rule for failed sessions and
-                             for an engine that ignores budgets).
+                             scores and response lengths go to the tracker (`sessions`' rule for
+                             failed sessions and for an engine that ignores budgets), and what the
+                             step trains is counted (`trained_cost`).
 ``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
                              budget range, alpha/beta, prompt mean score, held-out when measured.
 ``on_validate_begin/_end``   for a validation-only run (``trainer.val_only``, e.g. ``coba-verl
@@ -68,7 +71,7 @@ from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import CountingLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs
+from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs, session_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,30 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
 
 
 check_verl_api()
+
+
+#: Per-step counters reported as ``coba/<name>`` (0 when nothing of the kind happened).
+STEP_COUNTS = (
+    "rollouts_generated", "evicted_groups", "evicted_rollouts", "failed_rollouts", "trimmed_rollouts",
+    "tokens_generated", "trained_groups", "trained_rollouts", "trained_rows", "padding_rows",
+    "tokens_trained", "optimizer_steps",
+)  # fmt: skip
+
+
+def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict[str, int]:
+    """What an update trains: sessions, rows and response tokens of the real rows, padding rows, and
+    optimizer steps = ceil(rows with padding / mini-batch rows) x ppo_epochs, as veRL's actor splits
+    its batch (``global_batch_size`` = ppo_mini_batch_size x rollout.n rows a mini-batch).
+
+    Rows are trajectory keys ``{uid}_{session}_{output}``; a multi-turn session has several.
+    """
+    real = [tag for tag in tags if not tag.get("is_padding", False)]
+    return {
+        "trained_rows": len(real),
+        "padding_rows": len(tags) - len(real),
+        "tokens_trained": sum(int(tag.get("response_len", 0)) for tag in real),
+        "optimizer_steps": -(-len(tags) // mini_batch_rows) * epochs if tags else 0,
+    }
 
 
 def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str) -> np.ndarray:
@@ -169,6 +196,7 @@ class CobaTrainer(PPOTrainerSync):
         # uid -> (tracker id, B_i) of every submitted group not yet observed. veRL's sync buffer
         # trains, evicts or discards every group of a step within the step (none outlives it).
         self._pending: dict[str, tuple[int, int]] = {}
+        self._trimmed: Counter = Counter()  # uid -> sessions the buffer cut from a trained group
         self._allocations: list[Allocation] = []  # windows allocated this step
         self._counts: Counter = Counter()  # this step's generated / evicted / failed rollouts
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
@@ -205,7 +233,14 @@ class CobaTrainer(PPOTrainerSync):
                 type(buffer).__name__,
             )
             return buffer
-        return CobaReplayBuffer.like(buffer, on_clear=self._observe_cleared)
+        counted = self.coba_config.strategy != "uniform"  # uniform keeps veRL's own selection
+        return CobaReplayBuffer.like(
+            buffer,
+            on_clear=self._observe_cleared,
+            rollouts_per_prompt=int(self.config.actor_rollout_ref.rollout.n) if counted else None,
+            min_group_size=self.coba_config.min_rollouts,
+            on_trim=self._observe_trimmed,
+        )
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """The next ``num_prompts`` prompts (default M) in sampler order, each with its ``__rollout_n__``.
@@ -247,6 +282,7 @@ class CobaTrainer(PPOTrainerSync):
         if self.coba_config.group_weight != "tokens":
             batch = self._weight_advantages(batch)
         groups = final_outputs(batch.keys, batch.tags)
+        self._count_trained(list(batch.tags), len(groups), sum(map(len, groups.values())))
         unknown = sorted(uid for uid in groups if uid not in self._pending)
         if unknown:
             logger.warning(
@@ -255,7 +291,8 @@ class CobaTrainer(PPOTrainerSync):
                 len(unknown),
                 unknown[:3],
             )
-        self._record({uid: groups[uid] for uid in groups if uid in self._pending}, batch.partition_id)
+        tags = dict(zip(batch.keys, batch.tags, strict=True))
+        self._record({uid: groups[uid] for uid in groups if uid in self._pending}, batch.partition_id, tags)
         self._plugin_time_s += time.perf_counter() - start
         return batch
 
@@ -278,7 +315,7 @@ class CobaTrainer(PPOTrainerSync):
         else:  # a DAPO step that only submitted the rest of an earlier window
             metrics.update(tracker_metrics)
         metrics[PREFIX + "windows"] = float(len(self._allocations))
-        for name in ("rollouts_generated", "evicted_groups", "evicted_rollouts", "failed_rollouts"):
+        for name in STEP_COUNTS:
             metrics[PREFIX + name] = float(self._counts[name])
         self._allocations.clear()
         self._counts.clear()
@@ -340,6 +377,29 @@ class CobaTrainer(PPOTrainerSync):
         fields = TensorDict(nested, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
+    def _count_trained(self, tags: list[Mapping], groups: int, sessions: int) -> None:
+        """Add one update's `trained_cost` and sessions to the step's counters."""
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        actor = self.config.actor_rollout_ref.actor
+        updates = int(self.config.trainer.critic_warmup) <= self.global_steps
+        cost = trained_cost(tags, int(actor.ppo_mini_batch_size) * rollout_n, int(actor.ppo_epochs))
+        if not updates:
+            cost["optimizer_steps"] = 0
+        self._counts.update(cost)
+        self._counts["trained_rollouts"] += sessions
+        self._counts["trained_groups"] += groups
+
+    def _observe_trimmed(self, partition_id: str, tags: Mapping[str, Mapping]) -> None:
+        """`CobaReplayBuffer`'s hook: sessions cut from a trained group feed the tracker, not the update."""
+        start = time.perf_counter()
+        groups = final_outputs(list(tags), list(tags.values()))
+        groups = {uid: sessions for uid, sessions in groups.items() if uid in self._pending}
+        for uid, sessions in groups.items():
+            self._trimmed[uid] += len(sessions)
+        self._counts["trimmed_rollouts"] += sum(map(len, groups.values()))
+        self._score(groups, partition_id, tags)
+        self._plugin_time_s += time.perf_counter() - start
+
     def _observe_cleared(self, partition_id: str, uids: set[str], tags: Mapping[str, Mapping]) -> None:
         """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) feed the tracker."""
         start = time.perf_counter()
@@ -349,23 +409,39 @@ class CobaTrainer(PPOTrainerSync):
             groups = final_outputs(keys, [tags[key] for key in keys])
             self._counts["evicted_groups"] += len(uids)
             self._counts["evicted_rollouts"] += sum(self._pending[uid][1] for uid in uids)
-            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id)
+            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id, tags)
         self._plugin_time_s += time.perf_counter() - start
 
-    def _record(self, groups: dict[str, dict[int, str]], partition_id: str) -> None:
+    def _record(
+        self, groups: dict[str, dict[int, str]], partition_id: str, tags: Mapping[str, Mapping]
+    ) -> None:
         """Score each group's finished sessions into the tracker; count failed ones; forget the groups.
 
         Args:
             groups: ``uid -> {session: key of its final output}`` of submitted groups.
             partition_id: TransferQueue partition holding the keys.
+            tags: trajectory tags by key, holding every output of these sessions (``response_len``).
         """
+        for uid, sessions in groups.items():
+            _, budget = self._pending[uid]
+            failed = count_failed_sessions(uid, sessions, budget) - self._trimmed.pop(uid, 0)
+            self._counts["failed_rollouts"] += failed
+        self._score(groups, partition_id, tags)
+        for uid in groups:
+            del self._pending[uid]
+
+    def _score(
+        self, groups: dict[str, dict[int, str]], partition_id: str, tags: Mapping[str, Mapping]
+    ) -> None:
+        """One score (the final output's summed ``rm_scores``) and one length (the session's response
+        tokens over its outputs) per session of ``groups`` into the tracker."""
         keys, ids = [], []
         for uid, sessions in groups.items():
-            tracker_id, budget = self._pending.pop(uid)
-            self._counts["failed_rollouts"] += count_failed_sessions(uid, sessions, budget)
             keys.extend(sessions.values())
-            ids.extend([tracker_id] * len(sessions))
+            ids.extend([self._pending[uid][0]] * len(sessions))
         if keys:
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
             scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores)
+            lengths = session_tokens(groups, tags)  # (R,) in the order of keys
+            self._counts["tokens_generated"] += int(lengths.sum())
+            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths)

@@ -128,7 +128,7 @@ def test_non_finite_scores_are_refused(bad):
 def test_large_id_space_stays_small():
     tr = CapabilityTracker(1_000_000, window=3)
     state_bytes = sum(v.nbytes for v in tr.state_dict().values() if isinstance(v, np.ndarray))
-    assert state_bytes < 40 * 2**20
+    assert state_bytes < 48 * 2**20  # 44 MB: successes, rollouts, mean lengths (N, 3), appearances
     ids = np.arange(0, 1_000_000, 97)
     tr.record(ids, np.ones_like(ids), np.full_like(ids, 2))
     tr.end_step()
@@ -190,3 +190,33 @@ def test_pass_rates_become_records_of_the_stated_weight():
             pass_rate_records(bad, 8)
     with pytest.raises(ValueError, match="weight=0"):
         pass_rate_records([0.5], 0)
+
+
+def test_mean_length_averages_the_windows_rollouts_and_forgets_old_appearances():
+    t = CapabilityTracker(3, window=2)
+    t.record_scores([0, 0, 1], [1.0, 0.0, 1.0])
+    t.record_lengths([0, 0, 1], [10, 30, 7])
+    t.end_step()
+    t.record_scores([0, 0, 0, 0], [1.0, 1.0, 0.0, 0.0])
+    t.record_lengths([0, 0, 0, 0], [40, 40, 40, 40])
+    t.end_step()
+    lengths = t.mean_lengths([0, 1, 2])
+    assert lengths[0] == (10 + 30 + 4 * 40) / 6 and lengths[1] == 7.0 and np.isnan(lengths[2])
+    t.record_scores([0, 0], [1.0, 1.0])  # a third appearance without lengths pushes the first out
+    t.end_step()
+    assert t.mean_lengths([0])[0] == 40.0
+
+
+def test_lengths_survive_a_checkpoint_inside_a_step():
+    t = CapabilityTracker(2, window=3)
+    t.record_scores([1, 1], [1.0, 0.0])
+    t.record_lengths([1, 1], [5, 9])
+    resumed = CapabilityTracker(2, window=3)
+    resumed.load_state_dict(t.state_dict())
+    resumed.end_step()
+    assert resumed.mean_lengths([1])[0] == 7.0
+
+
+def test_negative_response_length_is_refused_by_name():
+    with pytest.raises(ValueError, match="-3 tokens"):
+        CapabilityTracker(2).record_lengths([0], [-3])

@@ -18,7 +18,7 @@ from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config,
 
 # One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
 NON_DEFAULT_OVERRIDES = {
-    "strategy": ("knapsack", "knapsack"),
+    "strategy": ("static", "static"),  # budget_unit=tokens needs a strategy with a Beta value
     "min_rollouts": ("4", 4),
     "max_rollouts": ("64", 64),
     "kappa": ("7", 7.0),
@@ -35,6 +35,7 @@ NON_DEFAULT_OVERRIDES = {
     "prior_file": ("/data/priors.jsonl", "/data/priors.jsonl"),
     "prior_weight": ("4", 4),
     "group_weight": ("tokens", "tokens"),
+    "budget_unit": ("tokens", "tokens"),
 }
 
 

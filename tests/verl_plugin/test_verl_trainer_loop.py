@@ -154,7 +154,13 @@ class CpuActorWorkerGroup:
         )
         first_token = [float(a[0]) for a in data["advantages"].unbind()]
         self.updates.append(
-            {"keys": list(batch.keys), "advantage": dict(zip(batch.keys, first_token, strict=True))}
+            {
+                "keys": list(batch.keys),
+                "advantage": dict(zip(batch.keys, first_token, strict=True)),
+                "padding": sum(bool(tag.get("is_padding", False)) for tag in batch.tags),
+                "mini_batch_size": int(batch.extra_info["mini_batch_size"]),
+                "epochs": int(batch.extra_info["epochs"]),
+            }
         )
         return {"metrics": {"mfu": 0.0, "pg_loss": 0.0}}
 
@@ -668,3 +674,57 @@ def test_equal_group_weight_gives_every_trained_group_the_same_weight(
             reweighted += factor != 1.0 and bool(np.any(stock != 0))
         assert factors == pytest.approx([r / g] * g)  # the same total weight for every group
     assert reweighted > 0, "some group with a learning signal must have been reweighted"
+
+
+def update_cost(update: dict) -> tuple[int, int, int]:
+    """(sessions, rows with padding, optimizer steps) of one actor update: sessions are the distinct
+    ``{uid}_{session}`` of its real rows; veRL's actor runs ceil(rows / mini-batch) x epochs steps."""
+    sessions = {key.rsplit("_", 1)[0] for key in update["keys"] if not key.startswith("pad")}
+    rows = len(update["keys"])
+    return len(sessions), rows, -(-rows // update["mini_batch_size"]) * update["epochs"]
+
+
+@pytest.fixture(scope="module")
+def dapo_uniform(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dapo-uniform")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, manager = fit(
+            loop_config(small_config, root / "ckpt", *DAPO, "coba.strategy=uniform", "trainer.save_freq=-1"),
+            tiny_tokenizer,
+            transfer_queue,
+            root / "metrics.jsonl",
+            monkeypatch,
+        )
+    return SimpleNamespace(trainer=trainer, logged=logged_steps(root / "metrics.jsonl"))
+
+
+def test_dapo_trains_m_times_n_rollouts_and_uniforms_rows_and_optimizer_steps_every_step(dapo, dapo_uniform):
+    coba = [update_cost(u) for u in dapo.trainer.actor_rollout_wg.updates]
+    uniform = [update_cost(u) for u in dapo_uniform.trainer.actor_rollout_wg.updates]
+    assert len(coba) == len(uniform) == STEPS
+    target = PROMPTS_PER_STEP * ROLLOUT_N
+    assert [sessions for sessions, _, _ in coba] == [target] * STEPS
+    assert [sessions for sessions, _, _ in uniform] == [target] * STEPS
+    assert [(rows, steps) for _, rows, steps in coba] == [(rows, steps) for _, rows, steps in uniform]
+    for step, (sessions, rows, steps) in enumerate(coba, start=1):
+        data = dapo.logged[step]
+        assert data["coba/trained_rollouts"] == sessions
+        assert data["coba/trained_rows"] + data["coba/padding_rows"] == rows
+        assert data["coba/optimizer_steps"] == steps
+    # budgets differed, so groups of unequal sizes were combined into exactly M x n
+    trained_sizes = [
+        Counter(key.rsplit("_", 2)[0] for key in {k.rsplit("_", 1)[0] + "_0" for k in u["keys"]}).values()
+        for u in dapo.trainer.actor_rollout_wg.updates
+    ]
+    assert any(len(set(sizes)) > 1 for sizes in trained_sizes)
+
+
+def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update(dapo):
+    """Every generated session is observed once (trained, evicted or cut); cut ones are never trained."""
+    for step in range(1, STEPS + 1):
+        data = dapo.logged[step]
+        assert data["coba/rollouts"] == data["coba/rollouts_generated"]
+        assert data["coba/trained_rollouts"] + data["coba/evicted_rollouts"] + data[
+            "coba/trimmed_rollouts"
+        ] == (data["coba/rollouts_generated"] - data["coba/failed_rollouts"])
+    assert sum(dapo.logged[step]["coba/trimmed_rollouts"] for step in range(1, STEPS + 1)) > 0
