@@ -1,7 +1,7 @@
 """coba-verl: CoBA-RL per-prompt rollout budgets for GRPO, as a veRL plugin and a TRL trainer.
 
 Importing this package loads the core only (`coba_verl.core`, plain numpy), which is all the base
-install (``pip install coba-verl``) brings. Each other part comes with an extra:
+install (``pip install -e .`` in a clone) brings. Each other part comes with an extra:
 
     coba-verl[verl]   coba_verl.verl_plugin, coba_verl.main (``coba-verl train``), coba_verl.cpu,
                       coba_verl.data (``coba-verl data``)

@@ -40,7 +40,7 @@ def missing_extra(name: str) -> str | None:
         return None
     return (
         f"coba-verl {name}: needs the '{extra}' extra, not installed here (no module {', '.join(missing)}).\n"
-        f'  pip install "coba-verl[{extra}]"    (on CPU: pip install torch==2.13.0 "coba-verl[{extra}]")\n'
+        f'  in a clone: pip install -e ".[{extra}]"    (on CPU: pip install torch==2.13.0 -e ".[{extra}]")\n'
     )
 
 

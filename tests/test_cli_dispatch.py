@@ -108,7 +108,7 @@ def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "verl" else real(n, *a))
     assert cli.main(["train", "x=1"]) == 1
-    assert 'pip install "coba-verl[verl]"' in capsys.readouterr().err
+    assert 'pip install -e ".[verl]"' in capsys.readouterr().err
 
 
 def test_estimate_hands_its_flags_to_itself_and_the_rest_to_hydra(monkeypatch, tmp_path):

@@ -10,6 +10,9 @@ downloaded::
                                   span easy (short sums) to never solved (three-by-two products)
     prepare.json                  the arguments, steps and seconds; a rerun with the same
                                   arguments reuses the output (--force redoes it)
+    priors.jsonl                  with ``--priors K``: every training prompt's pass rate, K
+                                  samples of the model at the recipe's temperature and response
+                                  length, for ``coba.prior_file`` (epoch 1 then allocates too)
 
 The tokenizer is `coba_verl.arithmetic.tokenizer.chat_tokenizer` (one token per character, ChatML's
 special tokens, a chat template that renders a prompt as the lab encodes it)::
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_SOURCE", "compute_score", "main", "prepare", "write_data"]
+__all__ = ["DATA_SOURCE", "PRIORS", "compute_score", "main", "measure_priors", "prepare", "write_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +64,16 @@ def _rows(prompts: list[str], answers: list[str], split: str) -> list[dict[str, 
 #: Warm-start settings: the default (a few minutes on 2 cores) and ``--long`` (about half an hour).
 FAST_WARM = {"warm_target": 0.2, "warm_max_steps": 1200}
 LONG_WARM = {"warm_target": 0.4, "warm_max_steps": 3000}
+#: ``--easy`` (scripts/quickstart.sh): the two easy levels and a warm start of about a minute, which
+#: leaves the prompts' pass rates spread between 0 and 1 (the end-to-end tests' model, at full size).
+EASY = {"levels": ["2+1", "2-1"], "warm_target": 0.25, "warm_max_steps": 600}
 #: Written last by `prepare`: its arguments, so that a rerun with the same ones reuses the output.
 MANIFEST = "prepare.json"
+#: Written by `measure_priors`: (successes, attempts) of every training prompt, for ``coba.prior_file``.
+PRIORS = "priors.jsonl"
+#: The tiny recipe's response length and rollout temperature (recipes/tiny_cpu/config/tiny.yaml).
+RECIPE_MAX_TOKENS = 8
+RECIPE_TEMPERATURE = 1.0
 
 
 def _level_kwargs(levels: Sequence[str] | None) -> dict[str, Any]:
@@ -183,6 +194,50 @@ def prepare(
     return out
 
 
+def measure_priors(output_dir: str | Path, samples: int, *, seed: int = 0) -> Path:
+    """Write ``priors.jsonl`` under ``output_dir`` (the output of `prepare`) and return its path.
+
+    Each training prompt (``extra_info.index``) gets ``samples`` answers of the prepared model at
+    the recipe's temperature and response length, scored by `compute_score`'s rule; the file holds
+    ``{"index", "successes", "attempts"}`` lines (`coba_verl.core.priors.write_prior_file`). The
+    samples are drawn with their own seeded generator, so the same arguments write the same file.
+    """
+    import numpy as np
+    import pandas as pd
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from coba_verl.arithmetic.model import sample
+    from coba_verl.arithmetic.task import score_batch
+    from coba_verl.arithmetic.tokenizer import EOS, PAD, chat_tokenizer, decode_responses, encode_prompts
+    from coba_verl.core.priors import outcome_records, write_prior_file
+
+    if samples < 1:
+        raise ValueError(f"samples={samples}: measure at least one answer per prompt.")
+    out = Path(output_dir).expanduser()
+    frame = pd.read_parquet(out / "train.parquet")
+    prompts = [row[0]["content"] for row in frame["prompt"]]
+    answers = [str(reward["ground_truth"]) for reward in frame["reward_model"]]
+    index = [int(extra["index"]) for extra in frame["extra_info"]]
+    model = Qwen2ForCausalLM.from_pretrained(out / "model").eval()
+    backend = chat_tokenizer().backend_tokenizer
+    ids, mask = encode_prompts(backend, prompts)
+    rows = np.tile(np.arange(len(prompts)), samples)
+    generator = torch.Generator().manual_seed(seed + 7_919)
+    response, response_mask = sample(
+        model, ids[rows], mask[rows], max_new_tokens=RECIPE_MAX_TOKENS, eos_id=backend.token_to_id(EOS),
+        pad_id=backend.token_to_id(PAD), generator=generator, temperature=RECIPE_TEMPERATURE,
+    )  # fmt: skip
+    scores = score_batch(decode_responses(backend, response, response_mask), [answers[i] for i in rows])
+    records = outcome_records([index[i] for i in rows], scores.tolist(), 1.0, f"{samples} samples a prompt")
+    rates = records.successes / records.attempts
+    logger.info(
+        "priors: %d prompts x %d samples, mean pass rate %.3f (%.0f%% all fail, %.0f%% all pass)",
+        len(prompts), samples, rates.mean(), 100 * np.mean(rates == 0), 100 * np.mean(rates == 1),
+    )  # fmt: skip
+    return write_prior_file(out / PRIORS, records)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m coba_verl.arithmetic.tiny --output-dir DIR``: write the tiny recipe's data and model."""
     parser = argparse.ArgumentParser(
@@ -201,8 +256,25 @@ def main(argv: list[str] | None = None) -> int:
         f"{LONG_WARM['warm_max_steps']} steps: about half an hour on 2 cores) instead of the default "
         f"({FAST_WARM['warm_target']}, at most {FAST_WARM['warm_max_steps']} steps: a few minutes)",
     )
+    parser.add_argument(
+        "--easy",
+        action="store_true",
+        help=f"only the levels {', '.join(EASY['levels'])} and a short warm start (probe accuracy "
+        f"{EASY['warm_target']}, at most {EASY['warm_max_steps']} steps: about a minute), which leaves "
+        "pass rates spread between 0 and 1 (the quick start's data)",
+    )
     parser.add_argument("--force", action="store_true", help="redo the output even if it is already there")
+    parser.add_argument(
+        "--priors",
+        type=int,
+        default=0,
+        metavar="K",
+        help=f"also write {PRIORS}: every training prompt's pass rate from K samples of the model "
+        "(a few seconds; train with coba.prior_file=<output-dir>/" + PRIORS + "); default: none",
+    )
     args = parser.parse_args(argv)
+    if args.long and args.easy:
+        parser.error("--long and --easy are two different warm starts: choose one")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = prepare(
         args.output_dir,
@@ -210,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         n_test=args.test_size,
         seed=args.seed,
         force=args.force,
-        **(LONG_WARM if args.long else FAST_WARM),
+        **(LONG_WARM if args.long else EASY if args.easy else FAST_WARM),
     )
     logger.info("wrote %s/{train,test}.parquet and %s/model", out, out)
+    if args.priors:
+        logger.info("wrote %s", measure_priors(out, args.priors, seed=args.seed))
     return 0
 
 

@@ -14,7 +14,7 @@ try:
     import openrlhf  # noqa: F401
 except ModuleNotFoundError as err:
     raise ModuleNotFoundError(
-        f'coba_verl.openrlhf needs OpenRLHF 0.11.2 ({err}): pip install "coba-verl[openrlhf]" in an '
+        f'coba_verl.openrlhf needs OpenRLHF 0.11.2 ({err}): pip install -e ".[openrlhf]" (a clone) in an '
         "environment without veRL (docs/openrlhf.md)."
     ) from err
 

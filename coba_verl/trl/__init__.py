@@ -3,7 +3,7 @@
     from coba_verl.trl import CobaGRPOTrainer     # instead of: from trl import GRPOTrainer
     trainer = CobaGRPOTrainer(..., coba_config=CobaConfig(), prompt_id_column="prompt_id")
 
-Needs the ``trl`` extra (``pip install "coba-verl[trl]"``, TRL 1.16). Modules:
+Needs the ``trl`` extra (``pip install torch==2.13.0 -e ".[trl]"`` in a clone, TRL 1.16). Modules:
     trainer     `CobaGRPOTrainer`: the four TRL methods it extends, and the design.
     groups      collapse / expand rows, TRL's advantage over variable groups.
     checks      the refused configurations; prompt ids from the id column.

@@ -63,10 +63,43 @@ def test_prepare_reuses_an_output_made_with_the_same_arguments(tmp_path, monkeyp
     assert [c["max_steps"] for c in calls[2:]] == [tiny.LONG_WARM["warm_max_steps"]] * 2
 
 
-def test_prepare_help_offers_the_long_warm_start(capsys):
+def test_prepare_help_offers_the_warm_starts_and_the_priors(capsys):
     from coba_verl.arithmetic.tiny import main
 
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "--long" in out and "--force" in out
+    assert "--long" in out and "--force" in out and "--easy" in out and "--priors" in out
+
+
+def test_priors_give_every_training_prompt_k_samples_and_are_reproducible(tmp_path, monkeypatch):
+    import coba_verl.arithmetic.warmstart as warmstart
+    from coba_verl.arithmetic import tiny
+    from coba_verl.core.priors import read_prior_file
+
+    monkeypatch.setattr(
+        warmstart,
+        "warm_start",
+        lambda model, tok, **kwargs: warmstart.WarmStartResult(
+            steps=0, probe_acc=[], losses=[], reached_target=False
+        ),
+    )
+    tiny.prepare(tmp_path, n_train=12, n_test=4)
+    path = tiny.measure_priors(tmp_path, 3)
+    records = read_prior_file(path, weight=8)
+    assert path == tmp_path / tiny.PRIORS
+    assert sorted(records.index) == list(range(12))  # extra_info.index of every training row
+    assert records.attempts.tolist() == [3] * 12
+    assert ((0 <= records.successes) & (records.successes <= 3)).all()
+    first = path.read_bytes()
+    assert tiny.measure_priors(tmp_path, 3).read_bytes() == first
+    with pytest.raises(ValueError, match="samples=0"):
+        tiny.measure_priors(tmp_path, 0)
+
+
+def test_easy_and_long_warm_starts_are_exclusive(capsys):
+    from coba_verl.arithmetic.tiny import main
+
+    with pytest.raises(SystemExit):
+        main(["--easy", "--long"])
+    assert "choose one" in capsys.readouterr().err

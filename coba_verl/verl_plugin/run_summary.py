@@ -1,0 +1,171 @@
+"""A short summary of a veRL run with coba-verl, read from veRL's file logger.
+
+``trainer.logger=[console,file]`` with ``VERL_FILE_LOGGER_PATH=FILE`` makes veRL's `Tracking` write
+one JSON line per logged step, ``{"step": s, "data": {metric: value}}`` (the validation before
+training is step 0). From it::
+
+    python -m coba_verl.verl_plugin.run_summary FILE [--log LOG] [--checkpoints DIR]
+
+writes, per training step, the budgets' range and spread, whether they differ from uniform, the
+groups with no reward spread (all rollouts failed or all passed: no GRPO gradient) and the
+per-prompt mean score; then the totals, the share of such groups the tracker's pass rates predict
+with these budgets and with the same number of rollouts for every prompt, the held-out accuracy at
+every validation, and where the metrics, the console log and the checkpoints are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
+from coba_verl.core.step_line import held_out_score
+
+__all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines"]
+
+
+def read_metrics(path: str | Path) -> dict[int, dict[str, float]]:
+    """Step -> every metric logged at that step (lines of the same step merged, later ones winning)."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in Path(path).expanduser().read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            steps.setdefault(int(row["step"]), {}).update(row["data"])
+    return steps
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """What the summary says about one training step.
+
+    Attributes:
+        step: veRL's global step (1-based).
+        prompts: the step's prompt groups (the budget histogram's total).
+        budget_min, budget_max, budget_mean, budget_std: B_i over the step's prompts.
+        all_fail, all_pass: groups whose rollouts all failed / all passed (no reward spread).
+        prompt_mean_score: mean over prompts of each prompt's mean score (None if not logged).
+    """
+
+    step: int
+    prompts: int
+    budget_min: float
+    budget_max: float
+    budget_mean: float
+    budget_std: float
+    all_fail: int
+    all_pass: int
+    prompt_mean_score: float | None
+
+    @property
+    def uniform(self) -> bool:
+        """Every prompt got the same number of rollouts."""
+        return self.budget_min == self.budget_max
+
+    @property
+    def zero_variance(self) -> int:
+        return self.all_fail + self.all_pass
+
+
+def step_summaries(metrics: Mapping[int, Mapping[str, float]]) -> list[StepSummary]:
+    """One `StepSummary` per step that logged coba-verl's budgets, in step order."""
+    out = []
+    for step in sorted(metrics):
+        m = metrics[step]
+        if PREFIX + "budget_min" not in m:
+            continue
+        prompts = round(sum(v for k, v in m.items() if k.startswith(PREFIX + "budget_hist/")))
+        out.append(
+            StepSummary(
+                step=step,
+                prompts=prompts,
+                budget_min=float(m[PREFIX + "budget_min"]),
+                budget_max=float(m[PREFIX + "budget_max"]),
+                budget_mean=float(m[PREFIX + "budget_mean"]),
+                budget_std=float(m[PREFIX + "budget_std"]),
+                all_fail=round(float(m.get(PREFIX + "all_fail_share", 0.0)) * prompts),
+                all_pass=round(float(m.get(PREFIX + "all_pass_share", 0.0)) * prompts),
+                prompt_mean_score=m.get(PREFIX + "prompt_mean_score"),
+            )
+        )
+    return out
+
+
+def summary_lines(
+    metrics: Mapping[int, Mapping[str, float]],
+    *,
+    metrics_file: str | Path | None = None,
+    log_file: str | Path | None = None,
+    checkpoints: str | Path | None = None,
+) -> list[str]:
+    """The summary's lines (no trailing newlines)."""
+    steps = step_summaries(metrics)
+    lines = []
+    if not steps:
+        lines.append("no step logged coba-verl's budgets (coba/budget_*): was the run a coba-verl one?")
+    for s in steps:
+        score = "" if s.prompt_mean_score is None else f", prompt mean score {s.prompt_mean_score:.3f}"
+        lines.append(
+            f"step {s.step:3d}: B {s.budget_min:.0f}-{s.budget_max:.0f} (mean {s.budget_mean:.1f}, "
+            f"std {s.budget_std:.1f}){' uniform' if s.uniform else ''}; zero-variance groups "
+            f"{s.zero_variance}/{s.prompts} ({s.all_fail} all fail, {s.all_pass} all pass){score}"
+        )
+    if steps:
+        groups = sum(s.prompts for s in steps)
+        zero = sum(s.zero_variance for s in steps)
+        varied = sum(not s.uniform for s in steps)
+        lines.append(
+            f"budgets differ from uniform in {varied} of {len(steps)} steps; zero-variance groups "
+            f"{zero} of {groups} ({100 * zero / groups:.0f} %)"
+        )
+        expected = [
+            (m[PREFIX + "expected_zero_var_share"], m[PREFIX + "expected_zero_var_share_uniform"])
+            for m in (metrics[s.step] for s in steps)
+            if PREFIX + "expected_zero_var_share" in m and PREFIX + "expected_zero_var_share_uniform" in m
+        ]
+        if expected:
+            lines.append(
+                "expected share of groups without reward spread (prompts with a pass rate, mean over "
+                f"{len(expected)} steps): {sum(e for e, _ in expected) / len(expected):.3f} with these "
+                f"budgets, {sum(u for _, u in expected) / len(expected):.3f} with {steps[0].budget_mean:.0f} "
+                "rollouts each"
+            )
+    held_out = [(step, held_out_score(m)) for step, m in sorted(metrics.items())]
+    held_out = [(step, found) for step, found in held_out if found is not None]
+    if held_out:
+        name = held_out[0][1][0]
+        values = ", ".join(
+            f"{found[1]:.3f} " + ("before training" if step == 0 else f"after step {step}")
+            for step, found in held_out
+        )
+        lines.append(f"held-out accuracy ({name}): {values}")
+    else:
+        lines.append("held-out accuracy: not measured (no validation logged)")
+    for label, where in (("metrics", metrics_file), ("console log", log_file), ("checkpoints", checkpoints)):
+        if where is not None:
+            lines.append(f"{label}: {where}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m coba_verl.verl_plugin.run_summary FILE``: write the summary to standard output."""
+    parser = argparse.ArgumentParser(
+        prog="python -m coba_verl.verl_plugin.run_summary",
+        description="Summarise a coba-verl run from veRL's file logger (VERL_FILE_LOGGER_PATH).",
+    )
+    parser.add_argument("metrics", help="the file logger's JSON lines")
+    parser.add_argument("--log", help="the run's console log, named in the summary")
+    parser.add_argument("--checkpoints", help="the run's checkpoint folder, named in the summary")
+    args = parser.parse_args(argv)
+    lines = summary_lines(
+        read_metrics(args.metrics), metrics_file=args.metrics, log_file=args.log, checkpoints=args.checkpoints
+    )
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The Quick start's first command (README): from a clone with Python 3.11, set up .venv, prepare the
+# tiny model, data and pass-rate priors, train CoBA-RL with veRL's real trainer on CPU, summarise.
+#
+#   bash scripts/quickstart.sh                   # then: bash .ci/run (the tests, as CI runs them)
+#   STEPS=32 bash scripts/quickstart.sh          # longer (16 steps are an epoch of 256 prompts)
+#   STRATEGY=uniform bash scripts/quickstart.sh  # GRPO with everything else equal
+#
+# The model and data are the tiny recipe's (recipes/tiny_cpu) on its two easy levels, whose short
+# warm start leaves pass rates spread between 0 and 1; their measured pass rates (priors.jsonl)
+# start CoBA-RL's tracker, so budgets differ from uniform from step 1 (without them epoch 1 is
+# uniform GRPO). Cached: the install is redone only when pyproject.toml changed, the data and
+# model only when missing (python -m coba_verl.arithmetic.tiny reuses its output), so a second run
+# starts training at once. Variables: PYTHON (python3), DATA_DIR (~/data/coba), STEPS (16),
+# STRATEGY (coba), RUN_DIR (runs/quickstart: console log and metrics); arguments are appended as
+# Hydra overrides (recipes/tiny_cpu/run.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+DATA_DIR=${DATA_DIR:-$HOME/data/coba}
+STEPS=${STEPS:-16}
+STRATEGY=${STRATEGY:-coba}
+RUN_DIR=${RUN_DIR:-runs/quickstart}
+TINY=$DATA_DIR/tiny_cpu_easy
+EXPERIMENT=quickstart-$STRATEGY
+
+echo "== 1/3 install: .venv, torch==2.13.0 (the CPU build) -e \".[test]\""
+if [[ ! -x .venv/bin/python ]]; then
+  "$PYTHON" -m venv .venv
+fi
+# shellcheck disable=SC1091
+source .venv/bin/activate
+stamp=.venv/.coba-quickstart-installed
+if ! sha256sum pyproject.toml | cmp -s - "$stamp"; then
+  python -m pip install --quiet --upgrade "pip>=24"
+  pip install --quiet torch==2.13.0 -e ".[test]"
+  sha256sum pyproject.toml >"$stamp"
+else
+  echo "already installed ($stamp matches pyproject.toml)"
+fi
+
+echo "== 2/3 data, model and pass-rate priors: $TINY"
+python -m coba_verl.arithmetic.tiny --output-dir "$TINY" --easy --priors 8
+
+echo "== 3/3 CoBA-RL ($STRATEGY) with veRL's trainer on CPU: $STEPS steps of 16 prompts x 4 rollouts"
+mkdir -p "$RUN_DIR"
+RUN_DIR=$(cd "$RUN_DIR" && pwd)
+log=$RUN_DIR/console.log
+metrics=$RUN_DIR/metrics.jsonl
+rm -f "$metrics"
+export VERL_FILE_LOGGER_PATH=$metrics
+half=$((STEPS / 2 > 0 ? STEPS / 2 : 1))
+status=0
+DATA_DIR=$DATA_DIR TRAIN_FILES=$TINY/train.parquet VAL_FILES=$TINY/test.parquet MODEL_PATH=$TINY/model \
+  STRATEGY=$STRATEGY EXPERIMENT=$EXPERIMENT LOGGER='["console","file"]' PYTHON=python \
+  bash recipes/tiny_cpu/run.sh \
+  "coba.prior_file=$TINY/priors.jsonl" \
+  "trainer.total_training_steps=$STEPS" "trainer.test_freq=$half" "trainer.save_freq=$STEPS" \
+  trainer.resume_mode=disable "$@" >"$log" 2>&1 || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "training failed (exit $status); the end of $log:" >&2
+  tail -n 30 "$log" >&2
+  exit "$status"
+fi
+
+echo "== summary"
+python -m coba_verl.verl_plugin.run_summary "$metrics" --log "$log" \
+  --checkpoints "$TINY/checkpoints/$EXPERIMENT"
+echo "next: bash .ci/run (the tests, as CI runs them; README, Quick start)"

@@ -1,0 +1,56 @@
+"""`coba_verl.verl_plugin.run_summary`: the quick start's summary, read from veRL's file logger."""
+
+from __future__ import annotations
+
+import json
+
+from coba_verl.verl_plugin import run_summary
+
+VAL = "val-core/coba_arithmetic/reward/mean@4"
+
+
+def _step(budget_min: float, budget_max: float, hist: dict[str, float], fail: float, passed: float) -> dict:
+    return {
+        "coba/budget_min": budget_min, "coba/budget_max": budget_max, "coba/budget_mean": 4.0,
+        "coba/budget_std": 0.0 if budget_min == budget_max else 4.6,
+        **{f"coba/budget_hist/{k}": v for k, v in hist.items()},
+        "coba/all_fail_share": fail, "coba/all_pass_share": passed, "coba/prompt_mean_score": 0.25,
+        "coba/expected_zero_var_share": 0.5, "coba/expected_zero_var_share_uniform": 0.75,
+        "timing_s/step": 2.5,
+    }  # fmt: skip
+
+
+def _write(path, rows) -> None:
+    path.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in rows), encoding="utf-8")
+
+
+def test_summary_counts_zero_variance_groups_and_non_uniform_steps(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    _write(
+        metrics,
+        [
+            (0, {VAL: 0.10}),
+            (1, _step(4, 4, {"2-3": 0, "4-7": 16, "8-16": 0}, fail=0.5, passed=0.125)),
+            (2, _step(2, 16, {"2-3": 10, "4-7": 2, "8-16": 4}, fail=0.25, passed=0.0)),
+            (2, {VAL: 0.20}),  # validation logged apart, same step
+        ],
+    )
+    lines = run_summary.summary_lines(
+        run_summary.read_metrics(metrics), metrics_file=metrics, checkpoints="ck"
+    )
+    assert lines[0].startswith("step   1: B 4-4 (mean 4.0, std 0.0) uniform; zero-variance groups 10/16")
+    assert "(8 all fail, 2 all pass)" in lines[0]
+    assert lines[1].startswith("step   2: B 2-16 (mean 4.0, std 4.6); zero-variance groups 4/16")
+    assert lines[2] == "budgets differ from uniform in 1 of 2 steps; zero-variance groups 14 of 32 (44 %)"
+    assert lines[3].endswith("2 steps): 0.500 with these budgets, 0.750 with 4 rollouts each")
+    assert lines[4] == f"held-out accuracy ({VAL}): 0.100 before training, 0.200 after step 2"
+    assert lines[5:] == [f"metrics: {metrics}", "checkpoints: ck"]
+
+
+def test_summary_of_a_run_without_coba_metrics_says_so(tmp_path, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    _write(metrics, [(1, {"timing_s/step": 2.0})])
+    assert run_summary.main([str(metrics)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("no step logged coba-verl's budgets")
+    assert out[1] == "held-out accuracy: not measured (no validation logged)"
