@@ -1,15 +1,22 @@
 """From veRL's composed config to a `CobaConfig`, and the configurations CoBA-RL refuses.
 
-`check_config` runs twice: in the driver (``python -m coba_verl.main``, before Ray starts) and
+`check_config` runs in the driver (``python -m coba_verl.main``, before Ray starts) and again
 in `CobaTrainer.__init__` (so the stock ``python -m verl.trainer.main_ppo
 trainer.v1.trainer_mode=coba_sync`` route is guarded too). Every refusal says why and what to set.
+Its notes (the UserWarning of a knob the strategy ignores, the INFO line on ``loss_agg_mode``) are
+said by the first check of a config only: it marks the config (`CHECKED_KEY`), which travels to
+veRL's TaskRunner with it, and a marked config is checked in silence.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.group_weight import check_aggregation
@@ -47,12 +54,20 @@ def coba_config_from(config: DictConfig) -> CobaConfig:
     return CobaConfig.from_mapping(mapping)
 
 
+#: Top-level key `check_config` sets (to true) in a config it has passed, so that the next checks
+#: of the same config (``prepare_config`` in the driver, the trainer in veRL's TaskRunner) refuse
+#: as before but do not say its notes again.
+CHECKED_KEY = "coba_checked"
+
+
 def check_config(config: DictConfig) -> CobaConfig:
     """Refuse veRL configurations under which per-prompt budgets cannot work; return the `CobaConfig`.
 
     Both trainers are checked here: V1's synchronous trainer (``trainer.use_v1=true``, with or
     without DAPO dynamic sampling) and the classic ``RayPPOTrainer`` (``trainer.use_v1=false``,
-    whose own extra rules live in `coba_verl.verl_plugin.classic`).
+    whose own extra rules live in `coba_verl.verl_plugin.classic`). A config that passes is marked
+    with `CHECKED_KEY`; checking a marked config again says no warning or INFO line (`_said_before`),
+    so that each is said once a launch.
 
     Raises:
         ValueError: an asynchronous V1 trainer mode; ``trainer.v1.sync.parameter_sync_step > 1``;
@@ -61,9 +76,36 @@ def check_config(config: DictConfig) -> CobaConfig:
             rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
+    checked_before = bool(OmegaConf.select(config, CHECKED_KEY, default=False))
+    with _said_before() if checked_before else nullcontext():
+        cfg = _refusals(config)
+    with open_dict(config):
+        config[CHECKED_KEY] = True
+    return cfg
+
+
+@contextmanager
+def _said_before() -> Iterator[None]:
+    """Silence the notes of `check_config`: UserWarnings (`CobaConfig`'s ignored knobs) and the
+    INFO lines of `coba_verl.core.group_weight`; its refusals still raise."""
+    notes = logging.getLogger(check_aggregation.__module__)
+    level = notes.level
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        notes.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            notes.setLevel(level)
+
+
+def _refusals(config: DictConfig) -> CobaConfig:
+    """The checks of `check_config`, in order; the `CobaConfig`."""
     cfg = coba_config_from(config)
     if config.trainer.use_v1:
         check_v1_mode(config)
+        check_v1_sessions_differ(config)
+    check_budget_unit(config, cfg)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in SUPPORTED_ADV_ESTIMATORS:
         raise ValueError(
@@ -138,4 +180,59 @@ def check_v1_mode(config: DictConfig) -> None:
             "differ, while the update is sized as ppo_mini_batch_size * rollout.n trajectories "
             "(trainer_base.py:1602, 1830). Set trainer.v1.sync.parameter_sync_step=1, or use "
             "actor.ppo_mini_batch_size for several optimizer steps per training batch."
+        )
+
+
+def check_v1_sessions_differ(config: DictConfig) -> None:
+    """Refuse ``rollout.full_determinism=true`` in V1, where it makes every group zero-variance.
+
+    veRL 0.9.1's single-turn agent loop gives a session the request id ``det-{priority}`` under full
+    determinism (``experimental/agent_loop/single_turn_agent_loop.py:69``), the same for all B_i
+    sessions of a prompt, and the router sends one request id to one replica with one seed
+    (``router.py:193-197``): the B_i answers come back identical, every group has zero reward
+    variance and GRPO trains nothing, silently.
+
+    Raises:
+        ValueError: naming the setting and what to set instead.
+    """
+    if bool(OmegaConf.select(config, "actor_rollout_ref.rollout.full_determinism", default=False)):
+        raise ValueError(
+            "actor_rollout_ref.rollout.full_determinism=true is refused with per-prompt budgets in the V1 "
+            "trainer: veRL 0.9.1 gives every session of a prompt the same request id (det-<priority>, "
+            "single_turn_agent_loop.py:69), so its B_i sessions reach one replica with one seed and come "
+            "back identical, and every group has zero variance. Set "
+            "actor_rollout_ref.rollout.full_determinism=false (seeded sampling still makes runs repeatable "
+            "per request)."
+        )
+
+
+def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
+    """Refuse ``coba.budget_unit=tokens`` where a step's rollouts must add up to M x rollout.n.
+
+    Under a token budget sum_i B_i varies. The V1 sync trainer without DAPO trains whatever was
+    generated (``_balance_batch`` pads any count to its mini-batch multiple), so it is supported
+    there. DAPO and failed-group refill train exactly M x rollout.n rollouts (`trained_budget`),
+    a count a token budget does not keep; the classic trainer's batch is sized as M x rollout.n
+    rows before generation (`coba_verl.verl_plugin.classic`).
+
+    Raises:
+        ValueError: ``tokens`` with the classic trainer, DAPO or ``sync_refill_failed_groups``.
+    """
+    if cfg.budget_unit != "tokens":
+        return
+    dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
+    refill = bool(OmegaConf.select(config, "trainer.v1.sampler.sync_refill_failed_groups", default=False))
+    where = None
+    if not config.trainer.use_v1:
+        where = "the classic trainer (trainer.use_v1=false): its batch is sized as M x rollout.n rows"
+    elif dapo:
+        where = (
+            "DAPO dynamic sampling (algorithm.filter_groups.enable=true): it trains M x rollout.n rollouts"
+        )
+    elif refill:
+        where = "trainer.v1.sampler.sync_refill_failed_groups=true: it trains M x rollout.n rollouts"
+    if where is not None:
+        raise ValueError(
+            f"coba.budget_unit=tokens is not supported with {where} a step, while under a token budget "
+            "the rollouts of a step vary. Use the V1 trainer without DAPO, or coba.budget_unit=rollouts."
         )

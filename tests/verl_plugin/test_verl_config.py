@@ -98,6 +98,11 @@ def base_1x8(coba_compose, gpu_1x8):
         ("algorithm.adv_estimator", "gae", "algorithm.adv_estimator=gae is not supported"),
         ("coba.strategy", "greedy", "coba.strategy='greedy' is unknown"),
         ("coba.group_weight", "even", "coba.group_weight='even' is unknown; choose one of"),
+        (
+            "actor_rollout_ref.rollout.full_determinism",
+            True,
+            "Set actor_rollout_ref.rollout.full_determinism=false",
+        ),
     ],
 )
 def test_unworkable_configuration_is_refused_with_the_fix(base_1x8, key, value, message):
@@ -223,3 +228,27 @@ def test_stock_main_ppo_config_selects_the_trainer_with_plus_coba_overrides():
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         config = compose(config_name="ppo_trainer", overrides=overrides)
     assert check_config(config) == CobaConfig(strategy="knapsack")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"algorithm.filter_groups.enable": True}, "DAPO dynamic sampling"),
+        ({"trainer.v1.sampler.sync_refill_failed_groups": True}, "sync_refill_failed_groups=true: it trains"),
+        ({"coba.strategy": "knapsack"}, "strategy='knapsack' allocates rollouts only"),
+        ({"trainer.use_v1": False}, "the classic trainer"),
+    ],
+)
+def test_token_budget_is_refused_where_a_step_must_train_m_times_n_rollouts(base_1x8, overrides, message):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.budget_unit", "tokens", force_add=True)
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, force_add=True)
+    with pytest.raises(ValueError, match=message):
+        prepare_config(config)
+
+
+def test_token_budget_passes_in_the_v1_trainer_without_dapo(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.budget_unit", "tokens", force_add=True)
+    assert prepare_config(config).budget_unit == "tokens"
