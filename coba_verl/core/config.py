@@ -3,7 +3,7 @@
 The veRL config group ``coba`` (``coba_verl/config/coba/default.yaml``) mirrors these fields
 key for key; a test keeps the two from drifting. `coba_verl.allocate`, `BudgetAllocator`, the veRL
 trainer and the lab all build a `CobaConfig`, so the rules below hold for every one of them. Nothing
-here imports veRL, or anything beyond the standard library.
+here imports veRL; beyond the standard library it needs numpy (through `coba_verl.core.group_weight`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,23 @@ READS: dict[str, tuple[str, ...]] = {
     "uniform": (),
 }
 _STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
+
+
+def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "coba.budget_unit") -> None:
+    """Refuse ``budget_unit=tokens`` in a trainer whose generation round is a fixed number of samples.
+
+    TRL's ``generation_batch_size`` and OpenRLHF's rollout batch are M x n completions by
+    construction; a token budget makes sum_i B_i vary, so there it cannot be kept.
+
+    Raises:
+        ValueError: naming ``setting``, the framework and what to set instead.
+    """
+    if config.budget_unit == "tokens":
+        raise ValueError(
+            f"{setting}='tokens' is not supported in {framework}: a generation round there is a fixed "
+            "M x n completions, while under a token budget sum_i B_i varies. Use rollouts, or veRL's V1 "
+            "trainer for a token budget."
+        )
 
 
 def _shown(value: Any) -> str:
@@ -92,8 +109,13 @@ class CobaConfig:
 
     Args:
         strategy: How per-prompt budgets B_i are chosen.
-            ``coba``: the paper's Algorithm 1 on V = eta(B, p) * BetaPdf(p; alpha_t, beta_t), with
-            alpha_t/beta_t following the global failure rate (spec §3-5) [paper].
+            ``coba``: the paper's budgets: Algorithm 1 on V = eta(B, p) * BetaPdf(p; alpha_t,
+            beta_t), with alpha_t/beta_t following the global failure rate (spec §3-5) [paper],
+            and the release's constants where the paper gives none (adaptive ``tau``, p clipped
+            to [0.01, 0.99], ``window`` 3) [release]. The paper changes nothing else in GRPO
+            (spec §1); under the default ``group_weight=equal`` this package also reweights each
+            group in the loss, which is not the paper's: ``group_weight=tokens`` trains as the
+            paper does.
             ``coba_release``: the same value, wrapped in the authors' release buckets and fallback
             (spec §6) [release].
             ``knapsack``: Knapsack-RL's value and allocation rules (spec §9), the main baseline.
@@ -130,7 +152,8 @@ class CobaConfig:
             explore end of the schedule, Beta(2, kappa - 2) at kappa = 11].
         static_beta: beta of the ``static`` strategy's fixed Beta.
         group_weight: How much each prompt group weighs in the step's policy loss (read by every
-            strategy; it changes the update, not the budgets). ``equal`` (the default): each
+            strategy; it changes the update, not the budgets). ``equal`` (the default; this
+            package's, in neither the paper nor the release): each
             rollout's advantage is multiplied by (R / G) / B_g (R rollouts and G groups in the
             batch, B_g its group's size), so every group carries the same total weight whatever
             its B_i; the factor is exactly 1 when every group has the same size (uniform with

@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
+from coba_verl.core.config import require_rollout_budget
 from coba_verl.core.group_weight import check_aggregation
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "check_args",
     "check_group_weight_mode",
     "check_openrlhf_api",
-    "coba_flags",
 ]
 
 #: OpenRLHF 0.11's flags are dotted (``--rollout.n_samples_per_prompt``); coba's follow suit.
@@ -157,13 +156,6 @@ def check_openrlhf_api() -> None:
         )
 
 
-def coba_flags() -> dict[str, Any]:
-    """``--coba.<field>`` for every `CobaConfig` field, plus ``--coba.id_key``: flag -> default."""
-    out = {f"{COBA_FLAG_PREFIX}{f.name}": f.default for f in fields(CobaConfig)}
-    out[f"{COBA_FLAG_PREFIX}id_key"] = DEFAULT_ID_KEY
-    return out
-
-
 def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     """`coba_verl.core.group_weight.check_aggregation` for OpenRLHF's ``--actor.loss_agg_mode``.
 
@@ -195,6 +187,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples no
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
+    require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
     if args.train.async_enable:
         raise ValueError(
             "--train.async_enable is not supported with CoBA budgets: OpenRLHF's async trainer "

@@ -14,6 +14,7 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
+from coba_verl.core.config import require_rollout_budget
 from coba_verl.core.group_weight import check_aggregation
 from coba_verl.core.priors import seed_from_table
 from coba_verl.core.prompt_ids import PromptIdMap
@@ -44,13 +45,13 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse ``GRPOConfig`` settings under which per-prompt budgets cannot work.
 
     Raises:
-        ValueError: vLLM server mode; a round of generation_batch_size rows that does not split
-            over processes and ``steps_per_generation`` as TRL's buffering needs; a round of
-            M = generation_batch_size / num_generations prompts whose M * num_generations
-            completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
-            ``remove_unused_columns=True`` (it drops the id column); ``coba.group_weight=equal``
-            with a ``loss_type`` `check_group_weight` does not know.
+        ValueError: vLLM server mode; a round of M = generation_batch_size / num_generations
+            prompts whose M * num_generations completions no budgets in [min_rollouts,
+            max_rollouts] can spend (`check_budget`); ``remove_unused_columns=True`` (it drops
+            the id column); ``coba.group_weight=equal`` with a ``loss_type`` `check_group_weight`
+            does not know.
     """
+    require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
     check_group_weight(coba.group_weight, str(args.loss_type))
     if args.use_vllm and args.vllm_mode == "server":
         raise ValueError(
@@ -59,17 +60,9 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "the same group size. Use vllm_mode='colocate' (one completion per row) or transformers "
             "generation."
         )
-    g = int(args.num_generations)
-    total, world, spg = int(args.generation_batch_size), int(args.world_size), int(args.steps_per_generation)
-    per_device = int(args.per_device_train_batch_size)
-    if total % g or total != per_device * world * spg:
-        raise ValueError(
-            f"generation_batch_size={total} must equal per_device_train_batch_size * processes * "
-            f"steps_per_generation = {per_device} * {world} * {spg} = {per_device * world * spg} and be "
-            f"a multiple of num_generations={g}: CobaGRPOTrainer hands every process the same "
-            f"{total} / {world} rows of the round and TRL splits them into {spg} buffered batches. "
-            "Leave generation_batch_size unset (TRL derives it) or make it satisfy both."
-        )
+    # GRPOConfig.__post_init__ has made generation_batch_size = per_device_train_batch_size *
+    # processes * steps_per_generation, a multiple of num_generations (TRL 1.16).
+    g, total = int(args.num_generations), int(args.generation_batch_size)
     low, up = coba.min_rollouts, coba.max_rollouts
     try:
         check_budget(total // g, total, low, up)
