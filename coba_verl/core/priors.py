@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.prompt_ids import PromptIdMap
-from coba_verl.core.tracker import CapabilityTracker, pass_rate_records
+from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
 
 __all__ = [
     "PriorRecords",
@@ -205,20 +205,33 @@ def outcome_records(
 ) -> PriorRecords:
     """One record per distinct index from scored samples: successes = #{score == success_value}.
 
-    The same success rule as the tracker's (spec §2, `CobaConfig.success_value`). Records are in
-    the order each index first appears.
+    The tracker's success rule, `scores_to_successes` (spec §2, `CobaConfig.success_value`): a NaN
+    or infinite score is an error naming the sample, never a failure, so a broken reward cannot
+    become a hard prior. Records are in the order each index first appears.
 
     Args:
         index: each sample's prompt index.
         scores: each sample's score, aligned with ``index``.
         success_value: the score of a success.
         source: where the samples come from (for messages).
+
+    Raises:
+        ValueError: ``index`` and ``scores`` differ in length, or a score is not finite (the
+            message names ``source`` and the sample's position).
     """
+    index = list(index)
+    scores = list(scores)
+    if len(index) != len(scores):
+        raise ValueError(f"{source}: {len(index)} prompt indices but {len(scores)} scores.")
+    try:
+        success = scores_to_successes(scores, success_value).tolist()  # (N,) 0/1
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
     successes: dict[Any, int] = {}
     attempts: dict[Any, int] = {}
-    for value, score in zip(index, scores, strict=True):
+    for value, hit in zip(index, success, strict=True):
         attempts[value] = attempts.get(value, 0) + 1
-        successes[value] = successes.get(value, 0) + int(float(score) == float(success_value))
+        successes[value] = successes.get(value, 0) + hit
     keys = list(attempts)
     return PriorRecords(
         keys,

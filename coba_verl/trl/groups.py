@@ -6,7 +6,7 @@ Notation (shapes as comments beside the arrays):
     T   rows of the round, T = M * G       W   processes, each holding L = T / W rows
     F   reward functions                   B   (M,) per-prompt budgets, sum B == T
 
-Every function here is pure: numpy and torch only, no trainer state.
+Every function here is pure: numpy, torch and `coba_verl.core` only, no trainer state.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 from trl.trainer.utils import nanstd
+
+from coba_verl.core.allocator import prompt_mean_score as core_prompt_mean_score
 
 __all__ = [
     "collapse_runs",
@@ -187,12 +189,17 @@ def row_scores(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> 
 
 
 def prompt_mean_score(scores: torch.Tensor, budgets: np.ndarray) -> float:
-    """Mean over the round's prompts of each prompt's mean score (NaN rows and all-NaN prompts skipped).
+    """`coba_verl.core.allocator.prompt_mean_score` of the round's scored rows, prompt i's rows
+    being the i-th B_i of the round.
 
-    TRL's ``reward`` is the mean over rows, so under per-prompt budgets it weighs prompt i by B_i;
-    this weighs every prompt once and equals TRL's ``reward`` when every B_i = G::
+    NaN is TRL's mark of a row no reward function scored (`row_scores`): such rows are left out,
+    as the tracker never sees them, and a prompt with no scored row is left out with them. TRL's
+    ``reward`` is the mean over rows, so under per-prompt budgets it weighs prompt i by B_i; this
+    weighs every prompt once and equals TRL's ``reward`` when every B_i = G::
 
         scores [1, 1, 1, 1, 1, 1, 0, 0], B [6, 2]  ->  (1 + 0) / 2 = 0.5   (TRL's reward: 0.75)
     """
-    per_prompt = torch.nanmean(padded_groups(scores, budgets), dim=1)  # (M,)
-    return float(torch.nanmean(per_prompt))
+    values = scores.detach().double().cpu().numpy()  # (T,)
+    prompt = np.repeat(np.arange(len(budgets)), budgets)  # (T,) position of each row's prompt
+    scored = ~np.isnan(values)
+    return core_prompt_mean_score(prompt[scored], values[scored])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from coba_verl import BudgetAllocator, CapabilityTracker, CobaConfig, CobaValue, allocate
-from coba_verl.core.allocator import uniform_split
+from coba_verl.core.allocator import prompt_mean_score, uniform_split
 from coba_verl.core.config import STRATEGIES
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release, band_share
@@ -336,3 +336,13 @@ def test_prompt_mean_score_weighs_every_prompt_once_whatever_its_budget():
     assert stats["coba/prompt_mean_score"] == 0.5
     allocator.observe([1, 1], [1.0, 0.0])  # the next step starts from nothing
     assert allocator.end_step()["coba/prompt_mean_score"] == 0.5
+
+
+def test_prompt_mean_score_groups_scattered_rollouts_by_prompt_and_refuses_a_nan_score():
+    # prompt 8: [0, 1] -> 0.5; prompt 3: [1, 1, 1, 1] -> 1.0; rollout mean 5/6
+    assert prompt_mean_score([3, 8, 3, 3, 8, 3], [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]) == 0.75
+    assert np.isnan(prompt_mean_score([], []))
+    with pytest.raises(ValueError, match=r"^score at position 1 is nan: rewards must be finite\.$"):
+        prompt_mean_score([3, 8], [1.0, float("nan")])
+    with pytest.raises(ValueError, match=r"ids \(2,\) and scores \(3,\) must have the same length"):
+        prompt_mean_score([3, 8], [1.0, 0.0, 1.0])

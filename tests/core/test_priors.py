@@ -8,7 +8,14 @@ import logging
 import numpy as np
 import pytest
 
-from coba_verl.core.priors import apply_priors, combine, parse_prior_field, read_prior_file, records_from_rows
+from coba_verl.core.priors import (
+    apply_priors,
+    combine,
+    outcome_records,
+    parse_prior_field,
+    read_prior_file,
+    records_from_rows,
+)
 from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.core.tracker import CapabilityTracker
 
@@ -110,3 +117,20 @@ def test_records_of_other_prompts_are_counted_and_ignored_and_a_file_of_another_
     path.write_text('{"index": 10, "pass_rate": 0.5}\n{"index": 10, "pass_rate": 0.25}\n')
     with pytest.raises(ValueError, match="index 10 has more than one prior record"):
         apply_priors(CapabilityTracker(3), ids, read_prior_file(path, 8))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_outcome_records_refuse_a_score_that_is_not_finite_naming_the_source_and_sample(bad):
+    # A broken reward (NaN) must stop the measurement, not count as a failure and become a hard prior.
+    with pytest.raises(
+        ValueError, match=rf"^dump x: score at position 2 is {bad}: rewards must be finite\.$"
+    ):
+        outcome_records([7, 7, 9], [1.0, 0.0, bad], 1.0, "dump x")
+
+
+def test_outcome_records_count_successes_per_index_in_first_appearance_order():
+    records = outcome_records([9, 7, 9, 7], [1.0, -1.0, 0.5, 1.0], 1.0, "dump x")
+    assert records.index == [9, 7]
+    assert records.successes.tolist() == [1, 1] and records.attempts.tolist() == [2, 2]
+    with pytest.raises(ValueError, match=r"^dump x: 2 prompt indices but 3 scores\.$"):
+        outcome_records([9, 7], [1.0, 0.0, 1.0], 1.0, "dump x")

@@ -19,13 +19,13 @@ from coba_verl.core.priors import PriorRecords, read_prior_file, write_prior_fil
 from coba_verl.verl_plugin import index_reward
 from coba_verl.verl_plugin.progress import CountingLoader, generations_of
 
-REWARD_MODULE = '''
+REWARD_MODULE = """
 def exact(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
     return float(solution_str == ground_truth) + bonus
 
 async def exact_async(data_source, solution_str, ground_truth, extra_info=None):
     return {"score": float(solution_str == ground_truth), "pred": solution_str}
-'''
+"""
 
 
 @pytest.fixture
@@ -128,6 +128,13 @@ def test_prior_records_count_successes_by_the_trackers_rule_per_index(tmp_path):
     assert records.successes.tolist() == [2, 1] and records.attempts.tolist() == [3, 3]  # 0.5 fails
     strict = estimate.prior_records(dump, success_value=0.5)
     assert strict.successes.tolist() == [1, 0]
+
+
+def test_prior_records_refuse_a_nan_score_naming_the_dump_and_the_generation(tmp_path):
+    dump = tmp_path / "generations"
+    write_dump(dump, [(907, 1.0), (14, float("nan")), (907, 0.0)])
+    with pytest.raises(ValueError, match=r"generations in .*generations: score at position 1 is nan"):
+        estimate.prior_records(dump, success_value=1.0)
 
 
 def test_read_generations_refuses_a_missing_dump_and_rows_without_the_index(tmp_path):
