@@ -23,7 +23,7 @@ from coba_verl.core import BudgetAllocator
 from coba_verl.openrlhf.checks import window_size
 from coba_verl.openrlhf.groups import Window
 
-__all__ = ["CobaSamplesGenerator", "IdentifiedPrompt"]
+__all__ = ["CobaSamplesGenerator", "IdentifiedPrompt", "check_group"]
 
 
 class IdentifiedPrompt(str):
@@ -38,6 +38,30 @@ class IdentifiedPrompt(str):
 
     def __reduce__(self):
         return (IdentifiedPrompt, (str(self), self.prompt_id))
+
+
+def check_group(prompt: IdentifiedPrompt, budget: int, responses: list[dict]) -> None:
+    """Refuse a vLLM engine's answer to one prompt's request unless it is B_i responses to that prompt.
+
+    Each request carries one prompt with ``n_samples_per_prompt=B_i``; the group its responses
+    form is what the advantages and the tracker take for prompt i.
+
+    Raises:
+        RuntimeError: the engine returned another number of responses than B_i, or a response to
+            another prompt; the message names the prompt id and the numbers.
+    """
+    if len(responses) != budget:
+        raise RuntimeError(
+            f"prompt id {prompt.prompt_id} was sent with n_samples_per_prompt={budget} but the vLLM engine "
+            f"returned {len(responses)} responses: the engine did not honour the per-prompt sample count."
+        )
+    for k, response in enumerate(responses):
+        if response["prompt"] != prompt:
+            raise RuntimeError(
+                f"response {k} of prompt id {prompt.prompt_id}'s request belongs to another prompt "
+                f"({str(response['prompt'])[:80]!r} instead of {str(prompt)[:80]!r}): the vLLM engine mixed "
+                "up the requests' groups."
+            )
 
 
 class CobaSamplesGenerator(SamplesGenerator):
@@ -80,8 +104,7 @@ class CobaSamplesGenerator(SamplesGenerator):
 
         samples = []
         for prompt, budget, responses in zip(prompts, allocation.budgets.tolist(), groups, strict=True):
-            assert len(responses) == budget, f"a request for {budget} samples returned {len(responses)}"
-            assert all(r["prompt"] == prompt for r in responses), "a response came back to the wrong group"
+            check_group(prompt, budget, responses)
             samples.extend(self._process_response_into_experience(r, **generate_kwargs) for r in responses)
         group = np.repeat(np.arange(len(prompts)), allocation.budgets)  # [6, 2] -> [0 x6, 1 x2]
         self.last_window = Window(ids=ids, allocation=allocation, group=group)

@@ -147,8 +147,6 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             self.tokenizer,
         )
         self.experience_maker.group_weight = self.coba_config.group_weight
-        #: The budgets of every window so far, as (ids, budgets) lists (for tests and reports).
-        self.coba_history: list[tuple[list[int], list[int]]] = []
 
     def train_step(self, rollout_samples, global_step):
         window = self.samples_generator.last_window
@@ -157,14 +155,10 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         rollout_ids = window.ids[window.group]  # (N,) tracker id of each sample
         self.allocator.observe(rollout_ids, self.experience_maker.raw_scores)
         status.update(step_metrics(window.allocation, self.allocator.end_step()))
-        self.coba_history.append((window.ids.tolist(), window.budgets.tolist()))
         logger.info(
             "coba step %d: tracker ids %s budgets %s", next_step, window.ids.tolist(), window.budgets.tolist()
         )
         return status, next_step
-
-    def get_coba_history(self) -> list[tuple[list[int], list[int]]]:
-        return self.coba_history
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         client_states = dict(client_states or {})

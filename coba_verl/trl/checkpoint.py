@@ -7,6 +7,7 @@ GRPOTrainer keeps its entropy controller beside the checkpoint). Plain ``.npz`` 
                          ``_step``, and the unfinished round's allocation scalars (if any)
     tracker/<name>       the tracker's arrays (`CapabilityTracker.state_dict`)
     round/<name>         the unfinished round: ``ids`` (M,) tracker ids, ``budgets``, ``pass_rates``
+                         and, when known, ``lengths``
 
 A round is unfinished when the checkpoint falls inside it (``num_iterations > 1``, or more
 buffered steps than accumulation steps): the tracker has observed it, but TRL does not save its
@@ -30,8 +31,6 @@ __all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "save_allocat
 
 #: Name of the side file inside a TRL ``checkpoint-<step>`` folder.
 STATE_FILE = "coba_allocator.npz"
-
-_ROUND_ARRAYS = ("budgets", "pass_rates")  # Allocation's array fields; the rest go into meta
 
 
 @dataclass
@@ -59,7 +58,7 @@ class RoundPlan:
 class Resumed:
     """What a side file restores besides the tracker."""
 
-    trl_step: int | None  # TRL's GRPOTrainer._step at the save; None in files without it
+    trl_step: int  # TRL's GRPOTrainer._step at the save
     unfinished: RoundPlan | None  # the round the checkpoint fell inside, or None on a round boundary
 
 
@@ -88,7 +87,9 @@ def save_allocator(
     if unfinished is not None:
         arrays["round/ids"] = np.asarray(unfinished.ids, dtype=np.int64)
         fields = dataclasses.asdict(unfinished.allocation)
-        arrays.update({f"round/{k}": np.asarray(fields.pop(k)) for k in _ROUND_ARRAYS})
+        # Allocation's array fields (budgets, pass_rates, lengths when known) as arrays; the rest to meta.
+        array_fields = [k for k, v in fields.items() if isinstance(v, np.ndarray)]
+        arrays.update({f"round/{k}": fields.pop(k) for k in array_fields})
         meta["round"] = fields
     path = os.path.join(folder, STATE_FILE)
     with open(path, "wb") as f:
@@ -118,11 +119,9 @@ def load_allocator(folder: str, allocator: BudgetAllocator, *, fingerprint: str)
             "without resume_from_checkpoint."
         )
     tracker.update(meta["tracker"])
-    allocator.load_state_dict(
-        {"strategy": meta["strategy"], "tracker": tracker, "step_scores": step_scores or None}
-    )
+    allocator.load_state_dict({"strategy": meta["strategy"], "tracker": tracker, "step_scores": step_scores})
     unfinished = None
     if "round" in meta:
         ids = round_arrays.pop("ids")
         unfinished = RoundPlan(ids=ids, allocation=Allocation(**round_arrays, **meta["round"]))
-    return Resumed(trl_step=meta.get("trl_step"), unfinished=unfinished)
+    return Resumed(trl_step=int(meta["trl_step"]), unfinished=unfinished)

@@ -149,8 +149,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         TypeError: ``coba_config`` that is not a `CobaConfig`.
         ValueError: before TRL loads the model when the arguments allow, for vLLM server mode;
             a ``rollout_func``; ``num_generations`` outside [min_rollouts, max_rollouts]
-            (`CobaConfig` itself refuses ``min_rollouts < 2``); a generation_batch_size that does
-            not split over processes and steps_per_generation; ``remove_unused_columns=True``; no
+            (`CobaConfig` itself refuses ``min_rollouts < 2``); ``remove_unused_columns=True``; no
             map-style ``train_dataset``; a missing id column, ids that are not int or str or mix
             the two, or a repeated id.
     """
@@ -276,8 +275,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         logger.info("CoBA-RL allocator restored from %s (%d steps)", checkpoint, self.allocator.tracker.steps)
         if self.args.ignore_data_skip:
             return
-        if resumed.trl_step is not None:
-            self._step = resumed.trl_step  # TRL does not save it; its rounds stay in phase with the data
+        self._step = resumed.trl_step  # TRL does not save it; its rounds stay in phase with the data
         self._unfinished = resumed.unfinished
 
     # ------------------------------------------------------------------ helpers

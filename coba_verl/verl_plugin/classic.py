@@ -14,9 +14,12 @@ reads a per-prompt n, so the budgets are expressed in rows, without a copy of ``
 2. `CobaRayPPOTrainer._get_gen_batch`: B = allocate(ids, M * n); the batch's M rows become
    sum(B) = M * n rows in place, prompt i's row B_i times with its uid, before veRL splits off the
    generation batch. Validation (which calls the same method, :626) is left alone.
-3. `CobaRayPPOTrainer._update_actor` (:1690, before the checkpoint at :1704): each uid's rows
-   are checked against B_i, their ``token_level_scores`` feed the tracker, ``end_step`` runs and
-   the ``coba/`` metrics join the actor's (``reduce_metrics`` of its ``meta_info["metrics"]``).
+3. `CobaRayPPOTrainer._update_actor` (:1690, before the checkpoint at :1704): the rows'
+   ``token_level_scores`` feed the tracker, ``end_step`` runs and the ``coba/`` metrics join the
+   actor's (``reduce_metrics`` of its ``meta_info["metrics"]``). No ``coba/failed_rollouts`` is
+   logged here: every row is one agent-loop session, and veRL's ``AgentLoopWorker`` gathers a
+   batch's sessions without ``return_exceptions`` (``experimental/agent_loop/agent_loop.py:654``),
+   so a session that raises stops the step instead of leaving its group short.
    With ``coba.group_weight=equal``, ``batch["advantages"]`` (computed at :1667) is first
    multiplied row by row by (R / G) / B_g (`weight_advantages`).
 
@@ -31,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -48,7 +50,6 @@ from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.verl_plugin.config_bridge import check_config, user_batch
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
-from coba_verl.verl_plugin.sessions import count_failed_sessions
 
 logger = logging.getLogger(__name__)
 
@@ -202,11 +203,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         """Feed the tracker from the step's scores and commit it, then veRL's actor update."""
         start = time.perf_counter()
         uids = [str(uid) for uid in batch.non_tensor_batch["uid"]]
-        rows = Counter(uids)
-        failed = 0
-        for uid, (_, budget) in self._pending.items():  # one session (row) per rollout
-            failed += count_failed_sessions(uid, range(rows[uid]), budget)
-        unknown = set(rows) - set(self._pending)
+        unknown = set(uids) - set(self._pending)
         if unknown:
             raise RuntimeError(
                 f"{len(unknown)} trained prompt groups (e.g. uid={sorted(unknown)[0]}) were not allocated by "
@@ -216,7 +213,6 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         ids = np.asarray([self._pending[uid][0] for uid in uids], dtype=np.int64)
         self.allocator.observe(ids, scores)
         metrics = step_metrics(self._allocation, self.allocator.end_step())
-        metrics[PREFIX + "failed_rollouts"] = float(failed)
         self._pending = {}
         weight_advantages(batch, self.coba_config.group_weight)
         plugin_s = self._plugin_time_s + time.perf_counter() - start

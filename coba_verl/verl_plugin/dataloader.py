@@ -17,9 +17,12 @@ another model stops instead of attaching pass rates to the wrong problems::
 
     prompt_ids       SHA-1 of the sorted extra_info.index values (which ids exist)
     prompt_content   SHA-1 of (id, prompt messages) in id order (what each id asks)
-    model            {"path": as resolved, "fingerprint": SHA-1 of the path and its config.json}
+    model            {"path": as resolved (for messages), "fingerprint": `model_fingerprint`}
 
-A checkpoint written before ``prompt_content`` and ``model`` existed is accepted with a warning.
+The model's fingerprint hashes what the folder holds, not where it is, so a model folder that was
+moved, copied or mounted elsewhere resumes; another model, a changed config.json or tokenizer, or
+other weights are refused. A fingerprint the writing run could not take (no dataframe, no model
+path) is None, and the resume goes on unchecked, with a warning.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import hashlib
 import inspect
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -55,6 +57,26 @@ _START_FRESH = (
     "trainer.default_local_dir)."
 )
 
+#: Files of a model folder whose whole contents identify the model: its configuration and the
+#: tokenizer that renders its prompts (those present are hashed).
+MODEL_FILES: tuple[str, ...] = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+#: Weight files of a model folder, identified by their size and `WEIGHT_SAMPLE` bytes from their
+#: middle (reading whole checkpoints would take minutes on a 70B model).
+WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
+WEIGHT_SAMPLE = 1 << 16
+
 
 def prompt_content_fingerprint(dataset: Any, prompt_ids: PromptIdMap) -> str | None:
     """SHA-1 of every row's (tracker id, prompt messages), in id order; None without a ``dataframe``.
@@ -76,16 +98,35 @@ def prompt_content_fingerprint(dataset: Any, prompt_ids: PromptIdMap) -> str | N
 
 
 def model_fingerprint(model_path: str | None) -> dict[str, str] | None:
-    """``{"path", "fingerprint"}`` of ``actor_rollout_ref.model.path``: SHA-1 of the path and, for a
-    local folder, its config.json; None when no path is given."""
+    """``{"path", "fingerprint"}`` of ``actor_rollout_ref.model.path``; None when no path is given.
+
+    For a local folder the fingerprint is the SHA-1 of, file by file in name order, each of
+    `MODEL_FILES` present (name and contents) and each top-level weight file (`WEIGHT_SUFFIXES`:
+    name, size and the `WEIGHT_SAMPLE` bytes at its middle): what the model is, not where it lies.
+    A hub id (or a folder holding none of those files) is fingerprinted by its name. ``path`` is
+    the resolved folder or the hub id, kept for messages only.
+    """
     if model_path is None:
         return None
     local = local_model_path(str(model_path))
     path = str(local.resolve()) if local is not None else str(model_path)
-    digest = hashlib.sha1(path.encode())
-    config_json = Path(path) / "config.json"
-    if local is not None and config_json.is_file():
-        digest.update(b"\0" + config_json.read_bytes())
+    digest = hashlib.sha1()
+    found = False
+    if local is not None and local.is_dir():
+        for file in sorted(local.iterdir(), key=lambda f: f.name):
+            if file.name in MODEL_FILES and file.is_file():
+                digest.update(f"{file.name}\0".encode() + file.read_bytes() + b"\0")
+            elif file.suffix in WEIGHT_SUFFIXES and file.is_file():
+                size = file.stat().st_size
+                with open(file, "rb") as f:
+                    f.seek(max(0, size // 2 - WEIGHT_SAMPLE // 2))
+                    sample = f.read(WEIGHT_SAMPLE)
+                digest.update(f"{file.name}\0{size}\0".encode() + sample + b"\0")
+            else:
+                continue
+            found = True
+    if not found:
+        digest.update(path.encode())
     return {"path": path, "fingerprint": digest.hexdigest()}
 
 
@@ -253,22 +294,23 @@ class CobaDataLoader(StatefulDataLoader):
             "extra_info.index values but different prompt text under them (data re-prepared?), so each "
             "pass rate would be attached to another problem.",
         )  # fmt: skip
-        saved, mine = (coba.get("model") or {}).get("path"), (self.model or {}).get("path")
+        saved, mine = (coba["model"] or {}).get("path"), (self.model or {}).get("path")
         self._check_fingerprint(
             coba, "model", self.model,
             f"the checkpoint was written for the model {saved!r}, but this run's "
-            f"actor_rollout_ref.model.path is {mine!r} (or its config.json changed).",
+            f"actor_rollout_ref.model.path {mine!r} holds another model (its config.json, tokenizer "
+            "files or weights differ).",
         )  # fmt: skip
         self.allocator.load_state_dict(coba["allocator"])
-        self.window_rest = coba.get("window_rest")
+        self.window_rest = coba["window_rest"]
 
     def _check_fingerprint(self, coba: dict[str, Any], key: str, mine: Any, mismatch: str) -> None:
         """Refuse when the checkpoint's ``key`` differs from this run's; warn when the checkpoint has none."""
-        if key not in coba or coba[key] is None:
+        if coba[key] is None:
             if mine is not None:
                 logger.warning(
-                    "the dataloader checkpoint has no %s fingerprint (written by an older coba-verl, or "
-                    "without it): resuming without checking that it belongs to this run's %s.",
+                    "the dataloader checkpoint has no %s fingerprint (its run had no dataframe or no model "
+                    "path to take it from): resuming without checking that it belongs to this run's %s.",
                     key,
                     "prompts" if key == "prompt_content" else "model",
                 )

@@ -162,3 +162,18 @@ def test_make_experience_records_raw_scores_in_window_order(orl, monkeypatch):
     ours = maker(CobaExperienceMaker, make_args("group_norm", 4))
     ours.make_experience(experiences)
     np.testing.assert_array_equal(ours.raw_scores, [0.0, 1.0, 1.0, 0.0, 1.0])
+
+
+def test_an_engine_answer_of_the_wrong_size_or_prompt_is_refused_naming_the_values(orl):
+    from coba_verl.openrlhf.generator import IdentifiedPrompt, check_group
+
+    prompt = IdentifiedPrompt("1+1=", 7)
+    check_group(prompt, 2, [{"prompt": "1+1="}, {"prompt": "1+1="}])
+    with pytest.raises(
+        RuntimeError, match=r"prompt id 7 was sent with n_samples_per_prompt=3 but .* returned 2"
+    ):
+        check_group(prompt, 3, [{"prompt": "1+1="}, {"prompt": "1+1="}])
+    with pytest.raises(
+        RuntimeError, match=r"response 1 of prompt id 7's request belongs to another prompt \('2\+2='"
+    ):
+        check_group(prompt, 2, [{"prompt": "1+1="}, {"prompt": "2+2="}])

@@ -75,6 +75,7 @@ def test_equal_gives_every_group_the_same_weight_before_the_actor_update(actor_i
     per_group = {uid: float(factors[[u == uid for u in UIDS]].sum()) for uid in SIZES}
     assert per_group == pytest.approx({uid: r / g for uid in SIZES})
     assert "coba/plugin_time_s" in output.meta_info["metrics"]
+    assert "coba/failed_rollouts" not in output.meta_info["metrics"]  # a failing session stops the step
 
 
 def test_equal_under_equal_group_sizes_is_bit_identical() -> None:

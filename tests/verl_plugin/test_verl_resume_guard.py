@@ -1,14 +1,15 @@
 """A resume continues only the run it belongs to: same prompts under the same ids, same model.
 
 `CobaDataLoader`'s data.pt entry fingerprints the prompts (ids and their text) and the model
-(path and config.json). veRL's RLHFDataset and ``_init_dataloader`` run on fixture parquet
-files; no Ray is started.
+(what its folder holds: config.json, tokenizer files, weights; not where it lies). veRL's
+RLHFDataset and ``_init_dataloader`` run on fixture parquet files; no Ray is started.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -52,9 +53,14 @@ def reprepared_parquet(train_parquet, tmp_path_factory) -> str:
     return str(path)
 
 
-def model_folder(path, hidden_size: int) -> str:
-    path.mkdir()
+def model_folder(path, hidden_size: int, tokenizer=None, weights_seed: int = 0) -> str:
+    """A model folder: config.json, the tokenizer's files (if given) and 256 KiB of seeded weights."""
+    path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": hidden_size}))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    weights = np.random.default_rng(weights_seed).integers(0, 256, size=1 << 18, dtype=np.uint8)
+    (path / "model.safetensors").write_bytes(weights.tobytes())
     return str(path)
 
 
@@ -90,24 +96,52 @@ def test_resume_with_another_model_is_refused_naming_both(small_config, tiny_tok
     state = trainer.train_dataloader.state_dict()
 
     rewrapped(trainer, model_a).load_state_dict(state)  # the same model resumes
-    model_b = model_folder(tmp_path / "b", hidden_size=32)
+    model_b = model_folder(tmp_path / "b", hidden_size=32, weights_seed=1)  # same config, other weights
     with pytest.raises(CobaRefusal, match="written for the model") as refused:
         rewrapped(trainer, model_b).load_state_dict(state)
     assert model_a in str(refused.value) and model_b in str(refused.value)
     assert "trainer.resume_mode=disable" in str(refused.value)
 
     (tmp_path / "a" / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 64}))
-    with pytest.raises(CobaRefusal, match="config.json changed"):
+    with pytest.raises(CobaRefusal, match="config.json, tokenizer files or weights differ"):
         rewrapped(trainer, model_a).load_state_dict(state)
 
 
-def test_checkpoint_without_the_new_fingerprints_resumes_with_a_warning(small_config, tiny_tokenizer, caplog):
+def test_a_model_folder_moved_elsewhere_resumes_and_a_changed_tokenizer_is_refused(
+    small_config, tiny_tokenizer, tmp_path
+):
+    trainer = build_trainer(small_config(), tiny_tokenizer)
+    first = model_folder(tmp_path / "disk1" / "model", hidden_size=32, tokenizer=tiny_tokenizer)
+    trainer.train_dataloader = rewrapped(trainer, first)
+    run_steps(trainer, range(1, 3))
+    state = trainer.train_dataloader.state_dict()
+
+    second = str(tmp_path / "disk2" / "qwen")
+    shutil.copytree(first, second)
+    shutil.rmtree(first)  # moved: the first path is gone
+    resumed = rewrapped(build_trainer(small_config(), tiny_tokenizer), second)
+    resumed.load_state_dict(state)
+    ids = np.arange(trainer.train_dataloader.prompt_ids.num_prompts)
+    np.testing.assert_array_equal(
+        resumed.allocator.tracker.pass_rates(ids), trainer.train_dataloader.allocator.tracker.pass_rates(ids)
+    )
+
+    config = json.loads((tmp_path / "disk2" / "qwen" / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    (tmp_path / "disk2" / "qwen" / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(CobaRefusal, match="holds another model"):
+        rewrapped(build_trainer(small_config(), tiny_tokenizer), second).load_state_dict(state)
+
+
+def test_checkpoint_of_a_run_without_fingerprints_resumes_with_a_warning(
+    small_config, tiny_tokenizer, caplog
+):
     trainer = build_trainer(small_config(), tiny_tokenizer)
     trainer.train_dataloader = rewrapped(trainer, "Qwen/Qwen2.5-7B-Instruct")
     run_steps(trainer, range(1, 4))
     state = trainer.train_dataloader.state_dict()
     for key in ("prompt_content", "model"):
-        del state[STATE_KEY][key]  # as an older coba-verl wrote it
+        state[STATE_KEY][key] = None  # its run had no dataframe and no model path
     resumed = rewrapped(build_trainer(small_config(), tiny_tokenizer), "Qwen/Qwen2.5-7B-Instruct")
     with caplog.at_level(logging.WARNING):
         resumed.load_state_dict(state)
