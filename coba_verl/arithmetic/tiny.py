@@ -4,9 +4,10 @@
 downloaded::
 
     train.parquet, test.parquet   veRL RL parquet (prompt, reward_model.ground_truth,
-                                  extra_info.index): the lab's generated arithmetic (`lab.task`)
+                                  extra_info.index): the generated arithmetic of
+                                  `coba_verl.arithmetic.task`
     model/                        a from-scratch Qwen2 (0.43 M parameters) and its tokenizer,
-                                  warm-started by the lab's supervised fit until its pass rates
+                                  warm-started by `coba_verl.arithmetic.warmstart` until its pass rates
                                   span easy (short sums) to never solved (three-by-two products)
     prepare.json                  the arguments, steps and seconds; a rerun with the same
                                   arguments reuses the output (--force redoes it)
@@ -20,7 +21,7 @@ special tokens, a chat template that renders a prompt as the lab encodes it)::
     [{"role": "user", "content": "47*8="}]  ->  "<bos>47*8="  ->  [1, 25, 28, 15, 29, 34]
 
 The reward (`compute_score`, ``reward.custom_reward_function.path=pkg://coba_verl.arithmetic.tiny``) is
-the lab's `verify`: 1.0 iff the decoded response is exactly the answer.
+`coba_verl.arithmetic.task.verify`: 1.0 iff the decoded response is exactly the answer.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ DATA_SOURCE = "coba_arithmetic"
 def compute_score(
     data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None, **kwargs: Any
 ) -> float:
-    """veRL custom reward: 1.0 iff the response is exactly the answer's digits (the lab's `verify`)."""
+    """veRL custom reward: 1.0 iff the response is exactly the answer's digits (`task.verify`)."""
     from coba_verl.arithmetic.task import verify
 
     return verify(solution_str, str(ground_truth))
@@ -93,7 +94,7 @@ def write_data(
     seed: int = 0,
     levels: Sequence[str] | None = None,
 ) -> Path:
-    """Write ``train.parquet`` and ``test.parquet`` (the lab's `make_splits`) under ``output_dir``.
+    """Write ``train.parquet`` and ``test.parquet`` (`task.make_splits`) under ``output_dir``.
 
     ``levels`` names the task levels to draw from (e.g. ``["2+1", "2-1"]``); None: all of them.
     """
@@ -122,12 +123,13 @@ def prepare(
 ) -> Path:
     """Write ``train.parquet``, ``test.parquet`` and ``model/`` under ``output_dir``; return it.
 
-    The model is the lab's tiny Qwen2 (`lab.model.ModelSpec` defaults) fitted by the lab's
-    `warm_start` on fresh problems (never the training or test prompts) until its probe accuracy
-    (temperature 1, warm-start levels) reaches ``warm_target`` or ``warm_max_steps`` are done.
-    ``levels`` restricts data and warm start to the named task levels (``["2+1", "2-1"]``: the
-    easy sums and differences, which a short warm start already solves part of the time; the
-    end-to-end tests use them for a model with a reward spread in a minute). None: all levels.
+    The model is the tiny Qwen2 of `coba_verl.arithmetic.model` (`ModelSpec` defaults) fitted by
+    `coba_verl.arithmetic.warmstart.warm_start` on fresh problems (never the training or test
+    prompts) until its probe accuracy (temperature 1, warm-start levels) reaches ``warm_target``
+    or ``warm_max_steps`` are done. ``levels`` restricts data and warm start to the named task
+    levels (``["2+1", "2-1"]``: the easy sums and differences, which a short warm start already
+    solves part of the time; ``--easy`` and the end-to-end tests use them for a model whose pass
+    rates spread between 0 and 1 after about a minute). None: all levels.
     When ``output_dir`` already holds the output of the same arguments (its ``prepare.json``, and
     the parquet files and model it describes), nothing is redone unless ``force``.
     """

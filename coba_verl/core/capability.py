@@ -18,7 +18,9 @@ TAU_SPAN = 9.0
 def psi(f_bar: float) -> float:
     """F_tilde = Psi(F_bar): F_bar if F_bar > 0.5 else sigmoid(10 (F_bar - 0.5)) (spec §3) [paper].
 
-    Squashes low failure rates so a capable model's Beta mode moves towards hard prompts slowly.
+    Below 0.5 the sigmoid lies under the identity (Psi(F_bar) < F_bar for 0.0072 < F_bar < 0.5;
+    slope 2.5 at 0.5), so once the model fails less than half the time, the Beta mode, which
+    equals F_tilde (`beta_shape`), moves towards hard prompts faster than F_bar falls.
     Psi(0.45) = 0.378, Psi(0.30) = 0.119.
     """
     f_bar = float(f_bar)

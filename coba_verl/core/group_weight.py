@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 #: Values of ``coba.group_weight``.
 #:
 #: ``tokens``: every rollout keeps its advantage (factor 1), so a group weighs in proportion to
-#: its size B_g (and, under a token-averaged loss, its response lengths): today's behaviour, the
-#: paper's and the release's.
+#: its size B_g (and, under a token-averaged loss, its response lengths): the paper's and the
+#: release's update.
 #: ``equal``: each rollout's advantage is multiplied by (R / G) / B_g, so every group's rollouts
 #: sum to the same weight R / G whatever B_g; the factor is exactly 1 when all groups have the
 #: same size (uniform GRPO with total divisible by M).

@@ -29,8 +29,8 @@ def beta_density(p: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     """BetaPdf(p; alpha, beta) = p^(alpha-1) (1-p)^(beta-1) / B(alpha, beta), for p in (0, 1) (spec §4).
 
     Written out with log B(alpha, beta) = lgamma(alpha) + lgamma(beta) - lgamma(alpha + beta) from
-    `math.lgamma`: the same numbers as scipy.stats.beta.pdf (a test checks) without importing scipy,
-    which took most of the time of ``import coba_verl``, run in every veRL process (README).
+    `math.lgamma`: the same numbers as scipy.stats.beta.pdf (a test checks), so that
+    ``import coba_verl``, run in every veRL process, does not import scipy (README).
     """
     p = np.asarray(p, dtype=np.float64)
     log_b = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)

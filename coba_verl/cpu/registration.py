@@ -2,11 +2,15 @@
 
 Named in ``VERL_USE_EXTERNAL_MODULES`` by the launcher (`coba_verl.cpu.launcher`), so veRL's own
 ``import verl`` loads it in the driver, the TaskRunner and every Ray worker, before any code asks
-for the platform. Nothing of veRL is patched; each line uses a veRL registry:
+for the platform. No veRL function or class is replaced; each line adds an entry to one of
+veRL's registries, all but one through their public ``register``; that one by writing a private
+table (veRL 0.9.1 has no function for it), so a veRL release that renames ``_engines`` or
+``_ROLLOUT_REGISTRY`` fails here, at import:
 
 - ``PlatformRegistry``: `PlatformCPU` as ``cpu`` (selected by ``VERL_PLATFORM=cpu``);
 - ``EngineRegistry``: veRL's FSDP language-model engine for device ``cpu`` (veRL registers it
-  for ``cuda`` and ``npu`` only; FSDP2 itself runs on CPU tensors over gloo);
+  for ``cuda`` and ``npu`` only; FSDP2 itself runs on CPU tensors over gloo), unless its private
+  ``_engines`` table already holds one;
 - ``RolloutReplicaRegistry``: `HFReplica` as rollout ``hf``;
 - the rollout-adapter table of ``verl.workers.rollout.base`` (``_ROLLOUT_REGISTRY``, veRL's
   name -> class table for the worker-side engine): ``("hf", "async")`` -> `HFServerAdapter`.

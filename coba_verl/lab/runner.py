@@ -297,8 +297,8 @@ def measure_priors(
 ) -> PriorRecords:
     """(successes, k) of every training prompt: k samples of ``model`` at temperature 1.
 
-    The offline measurement of the ``+prior`` runs (issue: no blind first epoch): each training
-    position i gets the record (#{score_i == success_value}, k), the tracker's success rule
+    The offline measurement of the ``+prior`` runs, so that their first epoch is allocated too:
+    each training position i gets the record (#{score_i == success_value}, k), the tracker's success rule
     (`coba_verl.core.priors.outcome_records`). Its random numbers are its own, so the runs'
     sampling is unchanged.
     """

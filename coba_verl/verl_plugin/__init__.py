@@ -1,12 +1,22 @@
-"""CoBA-RL inside veRL 0.9's V1 trainer: per-prompt rollout budgets through ``__rollout_n__``.
+"""CoBA-RL inside veRL 0.9.1's trainers: per-prompt rollout budgets in the V1 sync trainer (through
+``__rollout_n__``, with or without DAPO) and in the classic ``RayPPOTrainer`` (as repeated rows).
 
 Modules:
     config_bridge  ``coba`` config node -> `CobaConfig`; the refused veRL configurations.
-    prompt_ids     ``extra_info.index`` -> dense tracker ids.
     dataloader     `CobaDataLoader`: veRL's training loader, checkpointing the allocator in data.pt.
-    metrics        the ``coba/`` scalars logged through veRL's Tracking.
-    trainer        `CobaTrainer` (registered as ``trainer.v1.trainer_mode=coba_sync``).
+    trainer        `CobaTrainer`, the V1 sync trainer (registered as ``trainer.v1.trainer_mode=coba_sync``).
+    replay_buffer  `CobaReplayBuffer`: veRL's sync buffer, showing the tracker every group it clears;
+                   under DAPO it trains exactly M x n rollouts a step (`trained_budget`).
+    trained_budget which finished groups a DAPO step trains.
+    sessions       a V1 group's sessions from its trajectory keys; the failed-session rule.
+    classic        `CobaRayPPOTrainer` and `CobaTaskRunner`: the classic trainer (``trainer.use_v1=false``).
+    index_reward   a reward wrapper recording each sample's prompt index (``coba-verl estimate``).
+    progress       a progress count over veRL's validation loop.
+    run_summary    a short summary of a run, read from veRL's file logger.
     registration   target of the ``verl.plugins`` entry point; imports `trainer`.
+
+Prompt ids (``extra_info.index`` -> tracker ids) and the ``coba/`` metrics are the core's
+(`coba_verl.core.prompt_ids`, `coba_verl.core.metrics`).
 
 This package file imports nothing heavy; import the submodules you need.
 """

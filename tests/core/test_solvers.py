@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coba_verl.core.gains import GainModel, GeometricGains, KnapsackGains
-from coba_verl.core.solvers import check_budget, objective, solve, solve_dp, solve_heap, solve_threshold
+from coba_verl.core.solvers import (
+    TABLE_MAX,
+    TABLE_MAX_CLOSED_FORM,
+    check_budget,
+    objective,
+    solve,
+    solve_dp,
+    solve_heap,
+    solve_threshold,
+)
 from coba_verl.core.values import CobaValue, KnapsackValue
 
 SOLVERS = [solve_heap, solve_threshold, solve_dp]
@@ -171,6 +180,59 @@ def test_threshold_matches_heap_at_training_sizes(seed, m, per_prompt):
     gains = CobaValue(7.26, 3.74).gains(p)
     total = m * per_prompt
     np.testing.assert_array_equal(solve_threshold(gains, total, 2, 128), solve_heap(gains, total, 2, 128))
+
+
+#: Most rollouts the heap hands out per large-batch example (about 0.2 s of heap at M = 8192).
+HEAP_POPS = 150_000
+
+
+@st.composite
+def large_batches(draw):
+    """Training-size batches on which `solve_threshold` searches for the threshold (no table sort).
+
+    M up to 8192 prompts, B_up up to 256, the surplus few, a share of the room, or all but a few
+    rollouts (M shrunk so the heap stays within HEAP_POPS). Pass rates mix k/16 fractions (exact
+    ties), continuous draws and the extremes 0 and 1, from a numpy generator seeded by the draw.
+    """
+    kind = draw(st.sampled_from(["coba", "knapsack"]))
+    table_max = TABLE_MAX_CLOSED_FORM if kind == "coba" else TABLE_MAX
+    low = draw(st.integers(1, 4))
+    m = draw(st.integers(table_max // (256 - low) + 1, 8192))
+    up = draw(st.integers(low + table_max // m + 1, 256))  # M * (up - low) > table_max
+    width = up - low
+    edge = draw(st.sampled_from(["few", "share", "nearly_full"]))
+    if edge == "nearly_full":
+        m = max(min(m, HEAP_POPS // width), table_max // width + 1)
+    room = m * width
+    surplus = {
+        "few": draw(st.integers(1, m)),
+        "share": int(draw(st.floats(0.0, 1.0)) * min(room, HEAP_POPS)),
+        "nearly_full": room - draw(st.integers(1, m)),
+    }[edge]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    p = np.where(rng.random(m) < 0.5, rng.integers(0, 17, size=m) / 16.0, rng.random(m))
+    extreme = rng.random(m) < 0.1
+    p[extreme] = rng.integers(0, 2, size=int(extreme.sum()))  # never or always solved
+    if kind == "coba":
+        alpha = draw(st.floats(1.0, 10.0))
+        tau = draw(st.one_of(st.none(), st.floats(0.5, 20.0)))
+        gains = CobaValue(alpha, 11.0 - alpha, tau=tau).gains(p)
+    else:
+        gains = KnapsackValue().gains(p)
+    assert m * width > table_max  # the search path, not the table sort
+    return gains, m * low + surplus, low, up
+
+
+@settings(max_examples=30, deadline=None)
+@given(large_batches())
+def test_threshold_reaches_the_heaps_optimum_on_training_size_batches(inst):
+    gains, total, low, up = inst
+    fast, heap = solve_threshold(gains, total, low, up), solve_heap(gains, total, low, up)
+    assert fast.dtype == np.int64 and fast.shape == heap.shape
+    assert int(fast.sum()) == total
+    assert fast.min() >= low and fast.max() <= up
+    assert objective(gains, fast) == pytest.approx(objective(gains, heap), rel=1e-12, abs=1e-300)
+    assert_budgets_differ_only_on_rounding_ties(gains, heap, fast)
 
 
 def test_knapsack_gains_are_nonincreasing_and_zero_at_certain_outcomes():
