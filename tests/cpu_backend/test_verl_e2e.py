@@ -254,23 +254,52 @@ def dapo_run(tiny, tmp_path_factory):
     return out, steps
 
 
-def test_dapo_dynamic_sampling_trains_m_groups_with_signal_from_windows_of_m_times_n(dapo_run):
+#: What uniform GRPO trains a step in the tiny recipe: M x n single-turn rows, no padding (one rank),
+#: ppo_mini_batch_size = 8 prompts, so 64 / (8 x 4) = 2 optimizer steps (ppo_epochs = 1).
+UNIFORM_STEP = {"coba/trained_rollouts": M * N, "coba/trained_rows": M * N, "coba/padding_rows": 0,
+                "coba/optimizer_steps": 2}  # fmt: skip
+
+
+def test_dapo_dynamic_sampling_trains_m_times_n_rollouts_with_signal_from_windows_of_m_times_n(dapo_run):
     out, steps = dapo_run
     assert [s["step"] for s in steps] == [1, 2, 3]
     for s in steps:
         groups = trained_groups(out, s["step"])
-        assert len(groups) == M  # DAPO refilled until M groups with a reward spread remained
+        assert sum(map(len, groups.values())) == M * N  # veRL's dump: exactly what uniform trains
+        assert {key: s[key] for key in UNIFORM_STEP} == UNIFORM_STEP
         assert all(len({row["score"] for row in rows}) > 1 for rows in groups.values())
         assert all(len({row["input"] for row in rows}) == 1 for rows in groups.values())
         assert 2 <= min(map(len, groups.values())) and max(map(len, groups.values())) <= 16  # recipe bounds
-        # every generated group is observed once, trained or evicted; windows spend M * n each
+        # the trained tokens are veRL's own response lengths of the batch (one rank: no padding rows)
+        assert s["coba/tokens_trained"] == pytest.approx(s["response_length/mean"] * M * N, rel=1e-6)
+        # every generated group is observed once: trained, evicted, or cut from a trained group
         assert s["coba/rollouts"] == s["coba/rollouts_generated"] > M * N
+        assert (
+            s["coba/trained_rollouts"] + s["coba/evicted_rollouts"] + s["coba/trimmed_rollouts"]
+            == s["coba/rollouts_generated"]
+        )
         cleared = [f"training/filter_groups/{k}" for k in ("evicted_samples", "discarded_surplus_samples")]
         assert s["coba/evicted_groups"] == sum(s.get(key, 0) for key in cleared) > 0
         if s["coba/windows"] > 0:
             assert s["coba/budget_mean"] == N
     assert sum(s["coba/windows"] for s in steps) >= 4  # more prompts drawn than the steps train
     assert max(s["coba/budget_std"] for s in steps if s["coba/windows"] > 0) > 0  # CoBA after epoch 1
+
+
+@pytest.mark.e2e_extended  # one more run of about 2 minutes
+def test_dapo_uniform_trains_the_same_rows_and_optimizer_steps_as_coba(dapo_run, tiny, tmp_path):
+    _, coba = dapo_run
+    uniform = train(
+        tiny,
+        tmp_path,
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=-1",
+        "coba.strategy=uniform",
+        *DAPO,
+    )
+    for c, u in zip(coba, uniform, strict=True):
+        assert {key: u[key] for key in UNIFORM_STEP} == UNIFORM_STEP == {key: c[key] for key in UNIFORM_STEP}
+        assert u["perf/total_num_tokens"] > 0 and c["perf/total_num_tokens"] > 0
 
 
 def grpo_advantage_range(out: Path, step: int, group_weight: str) -> tuple[float, float]:
