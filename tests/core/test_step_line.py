@@ -27,3 +27,14 @@ def test_a_step_without_validation_leaves_held_out_out():
 
 def test_a_step_without_coba_metrics_says_so():
     assert step_line(1, {"critic/score/mean": 0.5}) == "coba-verl step 1: no coba metrics"
+
+
+def test_line_says_what_the_step_generated_and_trained_against_uniforms_tokens():
+    cost = {
+        "coba/tokens_generated": 5400.0, "coba/trained_rollouts": 64.0, "coba/tokens_trained": 2100.0,
+        "coba/expected_tokens": 1080.0, "coba/expected_tokens_uniform": 1000.0,
+    }  # fmt: skip
+    line = step_line(12, {**METRICS, **cost})
+    assert "tokens 5.4k generated (1.08x uniform's), 64 rollouts / 2.1k tokens trained, held-out" in line
+    no_lengths = {k: v for k, v in cost.items() if "expected" not in k}
+    assert "tokens 5.4k generated, 64 rollouts" in step_line(12, no_lengths)
