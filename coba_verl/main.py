@@ -10,9 +10,11 @@ The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL'
 ``TaskRunnerV1``, and ``trainer.v1.trainer_mode=coba_sync`` makes it build `CobaTrainer`; with
 ``trainer.use_v1=false`` it is `CobaTaskRunner` (veRL's classic TaskRunner building
 `CobaRayPPOTrainer`), after the row translation of `translate_config`. Either way the refusals
-of `check_config` and the input checks of `coba_verl.preflight` (data files, model folder,
-``extra_info.index``, the checkpoint a resume would continue) come before Ray starts, and a
-refusal of ours prints as one line, ``coba-verl: <message>``, with exit status 2.
+of `check_config`, the input checks of `coba_verl.preflight` (data files through the check of
+``python -m coba_verl.data check``, ``extra_info.index`` among them, the model folder, the
+checkpoint a resume would continue) and the plugin check come before Ray starts, and a refusal
+of ours, whatever the type of error its check raised, prints as one line,
+``coba-verl: <message>``, with exit status 2.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def run(config: DictConfig) -> None:
     """Check, then hand over to veRL's ``run_ppo`` with its own ``TaskRunnerV1``.
 
     Raises:
-        CobaRefusal: a refusal of coba-verl's checks (a ValueError), before Ray starts.
+        CobaRefusal: a refusal of coba-verl's checks (whatever the type its check raised, see
+            `preflight.refusals`), before Ray starts.
     """
     from coba_verl.cpu import launcher
 
@@ -127,10 +130,11 @@ def run(config: DictConfig) -> None:
 
     auto_set_device(config)
     with preflight.refusals():
-        coba_config = prepare_config(config)
+        coba_config = prepare_config(config)  # checks again, silently (`check_config`)
+        if config.trainer.use_v1:
+            check_plugin_loaded()
     logger.info("CoBA-RL: %s", coba_config)
     if config.trainer.use_v1:
-        check_plugin_loaded()
         run_ppo(config, task_runner_class=TaskRunnerV1)
     else:
         from coba_verl.verl_plugin.classic import CobaTaskRunner
@@ -143,7 +147,8 @@ def main(config: DictConfig) -> None:
     """Hydra entry point: ``python -m coba_verl.main [overrides...]`` (also ``coba-verl train``).
 
     A `CobaRefusal` (raised here, or inside a Ray actor and carried back by Ray) is printed as
-    ``coba-verl: <message>`` on stderr, exit status 2; every other error keeps its traceback.
+    one line, ``coba-verl: <message>``, on stderr, exit status 2; every other error keeps its
+    traceback.
     """
     try:
         run(config)
@@ -151,7 +156,8 @@ def main(config: DictConfig) -> None:
         refusal = _our_refusal(error)
         if refusal is None:
             raise
-        print(f"coba-verl: {refusal}", file=sys.stderr)
+        message = " ".join(str(refusal).splitlines())
+        print(f"coba-verl: {message}", file=sys.stderr)
         sys.exit(REFUSAL_STATUS)
 
 

@@ -14,8 +14,11 @@ driver looks first, with nothing heavier than pyarrow:
         -> /d/tiny_cpu/checkpoints/tiny-cpu
 
 - `check_inputs`: every local data file, a local-looking model path and ``coba.prior_file``
-  exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), and every
-  training row has ``extra_info.index`` (CoBA-RL keys pass rates by it).
+  exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), and the data
+  files pass the check of ``python -m coba_verl.data check`` (`coba_verl.data.check_files`, the
+  one home of those rules): parquet, with rows and the columns veRL reads, and training rows
+  whose ``extra_info.index`` values follow `coba_verl.core.prompt_ids.INDEX_RULE` (CoBA-RL keys
+  pass rates by them), duplicates included.
 - `warn_resume`: veRL's ``resume_mode=auto`` resumes the latest checkpoint under
   ``trainer.default_local_dir`` and says so at INFO only; this says it at WARNING, with the
   step, the folder and how to start fresh. Whether the checkpoint was written for the same
@@ -27,6 +30,7 @@ A refusal of ours is a `CobaRefusal`; ``coba_verl.main`` prints it as one line,
 
 from __future__ import annotations
 
+import dis
 import logging
 import os
 from collections.abc import Iterator
@@ -60,6 +64,10 @@ CPU_RECIPE_HINT = (
 )
 #: veRL's checkpoint tracker file inside ``trainer.default_local_dir``.
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
+#: The error types our checks raise to refuse: `CobaConfig` a ValueError, or a TypeError for a value
+#: of the wrong type; the accelerator, TRL and plugin checks a RuntimeError; a file a check reads
+#: a FileNotFoundError.
+REFUSAL_TYPES: tuple[type[Exception], ...] = (ValueError, TypeError, RuntimeError, FileNotFoundError)
 
 
 class CobaRefusal(ValueError):
@@ -68,23 +76,43 @@ class CobaRefusal(ValueError):
 
 @contextmanager
 def refusals() -> Iterator[None]:
-    """Turn the ValueError / RuntimeError raised by coba-verl's own checks into `CobaRefusal`.
+    """Turn the errors that coba-verl's own checks raise to refuse into `CobaRefusal`.
 
-    An error counts as ours when the ``raise`` that made it is in a ``coba_verl`` module, so a
-    veRL or library error raised inside one of our checks keeps its type and its traceback.
+    An error counts as ours when it is one of `REFUSAL_TYPES` and a ``raise`` statement in a
+    ``coba_verl`` module made it (`raised_by_coba_verl`). A veRL or library error raised inside
+    one of our checks, and a bug of ours (``None + 1``, a bad call), keep their type and traceback.
     """
     try:
         yield
     except CobaRefusal:
         raise
-    except (ValueError, RuntimeError) as error:
-        tb = error.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
-        if module.split(".")[0] != "coba_verl":
+    except REFUSAL_TYPES as error:
+        if not raised_by_coba_verl(error):
             raise
         raise CobaRefusal(str(error)) from error
+
+
+def raised_by_coba_verl(error: BaseException) -> bool:
+    """Whether ``error`` comes from a ``raise`` statement in a ``coba_verl`` module.
+
+    The innermost frame of its traceback must belong to a ``coba_verl`` module and stand on a
+    raise instruction: an error raised by the interpreter or by a C function (``int("x")``,
+    ``None + 1``) stands on another instruction of that frame, and one raised by a library ends
+    in the library's frame.
+    """
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    spec = tb.tb_frame.f_globals.get("__spec__")  # a module run with -m is named __main__
+    module = spec.name if spec is not None else tb.tb_frame.f_globals.get("__name__", "")
+    if str(module).split(".")[0] != "coba_verl":
+        return False
+    for instruction in dis.get_instructions(tb.tb_frame.f_code):
+        if instruction.offset == tb.tb_lasti:
+            return instruction.opname == "RAISE_VARARGS"
+    return False
 
 
 def check_accelerator(config: DictConfig) -> None:
@@ -206,42 +234,35 @@ def _missing_file_message(key: str, path: str, config: DictConfig) -> str:
     )
 
 
-def first_row_without_index(path: str | os.PathLike[str]) -> int | None:
-    """Row number of the first row of a parquet file without ``extra_info.index``, or None.
-
-    Reads the ``extra_info`` column only. A file without that column lacks it in row 0.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    if "extra_info" not in pq.read_schema(path).names:
-        return 0
-    column = pq.read_table(path, columns=["extra_info"]).column("extra_info")
-
-    if not pa.types.is_struct(column.type):
-        rows = column.to_pylist()
-        lacking = (i for i, info in enumerate(rows) if (info or {}).get("index") is None)
-        return next(lacking, None)
-    if column.type.get_field_index("index") < 0:
-        return 0 if len(column) else None
-    index = pc.struct_field(column, "index")
-    missing = pc.is_null(index)
-    if not pc.any(missing).as_py():
-        return None
-    return int(pc.index(missing, True).as_py())
-
-
 def check_inputs(config: DictConfig) -> None:
-    """Refuse missing data files, a missing local model, and training rows without ``extra_info.index``.
+    """Refuse missing or unusable data files, a missing local model and a missing prior file.
+
+    The data files' contents are checked by `coba_verl.data.check_files` (what ``python -m
+    coba_verl.data check`` runs), without scoring the gold answers (a run may bring its own
+    reward function): the training files together as training rows, the validation files as
+    evaluation rows. Remote files (``hdfs://``, ``s3://``) are left to veRL.
 
     Raises:
-        CobaRefusal: naming the file (and, for the index, its first row without one) and the fix.
+        CobaRefusal: naming the file (and the row) and the fix.
     """
-    for key in ("data.train_files", "data.val_files"):
-        for path in data_files(OmegaConf.select(config, key)):
-            if not is_remote(path) and not Path(path).expanduser().is_file():
+    from coba_verl.data.checks import FILE_RULES, check_files
+
+    prompt_key = str(OmegaConf.select(config, "data.prompt_key", default="prompt"))
+    source_key = str(OmegaConf.select(config, "data.reward_fn_key", default="data_source"))
+    for key, training in (("data.train_files", True), ("data.val_files", False)):
+        paths = [path for path in data_files(OmegaConf.select(config, key)) if not is_remote(path)]
+        for path in paths:
+            if not Path(path).expanduser().is_file():
                 raise CobaRefusal(_missing_file_message(key, path, config))
+        problems = check_files(
+            paths, score_gold=False, training=training, prompt_key=prompt_key, data_source_key=source_key
+        )
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise CobaRefusal(
+                f"{key}: {problems[0].rstrip('.')}{more}. {FILE_RULES} python -m coba_verl.data check "
+                f"{' '.join(paths)} lists every problem; python -m coba_verl.data writes such files."
+            )
     model = str(OmegaConf.select(config, "actor_rollout_ref.model.path"))
     local = local_model_path(model)
     if local is not None and not (local / "config.json").is_file():
@@ -260,16 +281,6 @@ def check_inputs(config: DictConfig) -> None:
             '({"index": ..., "successes": ..., "attempts": ...} or {"index": ..., "pass_rate": ...}), '
             "or coba.prior_file=null."
         )
-    for path in data_files(config.data.train_files):
-        if is_remote(path):
-            continue
-        row = first_row_without_index(Path(path).expanduser())
-        if row is not None:
-            raise CobaRefusal(
-                f"data.train_files: {path} row {row} is missing extra_info.index. CoBA-RL keys each "
-                "prompt's pass rate by it: give every training row a unique integer extra_info.index "
-                "(python -m coba_verl.data writes it; python -m coba_verl.data check FILE lists problems)."
-            )
 
 
 def warn_resume(config: DictConfig) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -87,11 +89,31 @@ def test_training_row_without_extra_info_index_is_named_missing(tmp_path):
     frame = rows(5)
     frame.at[3, "extra_info"] = {"split": "train"}
     frame.to_parquet(tmp_path / "train.parquet")
-    with pytest.raises(CobaRefusal, match=r"train.parquet row 3 is missing extra_info.index"):
+    with pytest.raises(CobaRefusal, match=r"train.parquet row 3: extra_info.index is missing"):
         preflight.check_inputs(config(tmp_path))
     rows(5, index=False).to_parquet(tmp_path / "train.parquet")  # no index field at all
-    with pytest.raises(CobaRefusal, match=r"row 0 is missing extra_info.index"):
+    with pytest.raises(CobaRefusal, match=r"row 0: extra_info.index is missing"):
         preflight.check_inputs(config(tmp_path))
+
+
+def test_validation_rows_are_checked_for_their_columns_but_not_for_an_index(tmp_path):
+    cfg = config(tmp_path)
+    rows(3, index=False).to_parquet(tmp_path / "test.parquet")  # evaluation rows never reach the tracker
+    preflight.check_inputs(cfg)
+    rows(3).drop(columns=["reward_model"]).to_parquet(tmp_path / "test.parquet")
+    missing = r"data.val_files: \S*test.parquet: missing columns \['reward_model'\]"
+    with pytest.raises(CobaRefusal, match=missing):
+        preflight.check_inputs(cfg)
+
+
+def test_the_data_check_reads_the_prompt_column_veRL_is_told_to_read(tmp_path):
+    cfg = config(tmp_path)
+    for name in ("train", "test"):
+        rows(4).rename(columns={"prompt": "question"}).to_parquet(tmp_path / f"{name}.parquet")
+    with pytest.raises(CobaRefusal, match=r"missing columns \['prompt'\]"):
+        preflight.check_inputs(cfg)
+    OmegaConf.update(cfg, "data.prompt_key", "question")
+    preflight.check_inputs(cfg)
 
 
 def test_null_checkpoint_folder_goes_next_to_the_training_file_per_experiment(tmp_path):
@@ -127,9 +149,20 @@ def test_only_errors_raised_by_coba_verl_become_refusals():
 
     with pytest.raises(CobaRefusal, match="coba.strategy='bogus' is unknown"), preflight.refusals():
         CobaConfig.from_mapping({"strategy": "bogus"})
+    with pytest.raises(CobaRefusal, match=r"coba.min_rollouts='abc' \(str\) must be an integer"):
+        with preflight.refusals():
+            CobaConfig.from_mapping({"min_rollouts": "abc"})  # CobaConfig's TypeError is a refusal too
     with pytest.raises(ValueError) as other, preflight.refusals():
         int("x")  # raised by Python, not by coba-verl: keeps its type and traceback
     assert type(other.value) is ValueError
+
+
+def test_an_error_the_interpreter_raises_inside_coba_verl_code_keeps_its_traceback():
+    """A bug of ours (here ``"://" in None`` inside a coba_verl function) is not a refusal."""
+    with pytest.raises(TypeError) as bug, preflight.refusals():
+        preflight.is_remote(None)
+    assert type(bug.value) is TypeError
+    assert not preflight.raised_by_coba_verl(bug.value)
 
 
 def run_main(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
@@ -146,6 +179,117 @@ def test_refusal_prints_one_line_and_exits_two_before_ray(tmp_path):
     assert "coba-verl: coba.strategy='bogus' is unknown" in done.stderr
     assert "Traceback" not in done.stderr and "Ray instance" not in done.stderr + done.stdout
     assert len(done.stderr.splitlines()) <= 5  # the message, after at most veRL's platform warnings
+
+
+def refusal_line(done: subprocess.CompletedProcess) -> str:
+    """The one ``coba-verl:`` line of a refused launch, after checking that it was refused before Ray."""
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("coba-verl:")]
+    assert len(lines) == 1 and done.stderr.splitlines()[-1] == lines[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Ray instance" not in done.stderr + done.stdout
+    return lines[0]
+
+
+def launch_with_data(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
+    """The tiny recipe on ``tmp_path``'s train.parquet, test.parquet and model folder."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")
+    for name in ("train", "test"):
+        if not (tmp_path / f"{name}.parquet").exists():
+            rows(4).to_parquet(tmp_path / f"{name}.parquet")
+    return run_main(
+        tmp_path,
+        f"data.train_files={tmp_path / 'train.parquet'}",
+        f"data.val_files={tmp_path / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={tmp_path / 'model'}",
+        *overrides,
+        env=env,
+    )
+
+
+def test_a_coba_value_of_the_wrong_type_is_one_line_and_exit_two(tmp_path):
+    line = refusal_line(run_main(tmp_path, "coba.min_rollouts=abc", env={"HYDRA_FULL_ERROR": "1"}))
+    assert line == "coba-verl: coba.min_rollouts='abc' (str) must be an integer."
+
+
+def _duplicate_index(path: Path) -> None:
+    frame = rows(4)
+    frame.at[3, "extra_info"] = {"index": 1, "split": "train"}
+    frame.to_parquet(path)
+
+
+def _without_prompt(path: Path) -> None:
+    rows(4).drop(columns=["prompt"]).to_parquet(path)
+
+
+#: case -> (the file written badly, how, the refusal it gets)
+BAD_DATA = {
+    "train-without-prompt": (
+        "train", _without_prompt, r"data.train_files: \S*train.parquet: missing columns \['prompt'\]"
+    ),
+    "train-not-parquet": (
+        "train", lambda path: path.write_text("not parquet"), r"train.parquet: cannot be read as parquet"
+    ),
+    "train-empty": ("train", lambda path: rows(0).to_parquet(path), r"\S*train.parquet: has no rows"),
+    "train-repeated-index": (
+        "train", _duplicate_index, r"train.parquet row 3: extra_info.index=1 repeats \S*train.parquet row 1\."
+    ),
+    "val-without-prompt": (
+        "test", _without_prompt, r"data.val_files: \S*test.parquet: missing columns \['prompt'\]"
+    ),
+    "val-empty-file": (
+        "test", lambda path: path.write_bytes(b""), r"data.val_files: \S*test.parquet: cannot be read"
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_DATA)
+def test_a_data_file_the_data_check_faults_is_refused_in_one_line_before_ray(tmp_path, case):
+    file, write, message = BAD_DATA[case]
+    write(tmp_path / f"{file}.parquet")
+    line = refusal_line(launch_with_data(tmp_path))
+    assert re.search(message, line), line
+    assert "python -m coba_verl.data check" in line
+
+
+def test_notes_are_said_once_a_launch_and_a_plugin_refusal_is_one_line(tmp_path):
+    """The driver checks the config twice (before and after veRL's device setup); the second check,
+    like the trainer's inside Ray, says nothing again. The plugin check comes last, still before Ray."""
+    done = launch_with_data(tmp_path, "coba.strategy=uniform", "coba.window=5",
+                            env={"VERL_USE_EXTERNAL_PLUGINS": "none"})  # fmt: skip
+    line = refusal_line(done)
+    assert "VERL_USE_EXTERNAL_PLUGINS=none keeps veRL from loading the 'coba_verl' entry point" in line
+    output = done.stdout + done.stderr
+    assert output.count("coba.window=5 does not change the budgets of strategy='uniform'") == 1
+    assert output.count("coba.group_weight='equal' with actor_rollout_ref.actor.loss_agg_mode") == 1
+
+
+def test_the_trainers_check_of_a_config_the_driver_passed_says_nothing_again(caplog):
+    """The trainer's own check stays a check (the stock main_ppo route has no other), but on a
+    config the driver has checked it neither warns nor logs again."""
+    from coba_verl.verl_plugin.config_bridge import CHECKED_KEY, check_config
+
+    cfg = OmegaConf.create(
+        {
+            "coba": {"strategy": "uniform", "window": 5},
+            "trainer": {"use_v1": True, "v1": {"trainer_mode": "sync"}},
+            "algorithm": {"adv_estimator": "grpo"},
+            "data": {"train_batch_size": 4},
+            "actor_rollout_ref": {"rollout": {"n": 4}, "actor": {"loss_agg_mode": "token-mean"}},
+        }
+    )
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="coba.window=5 does not change"):
+        check_config(cfg)
+    assert any("loss_agg_mode='token-mean'" in r.getMessage() for r in caplog.records)
+    assert cfg[CHECKED_KEY] is True
+    caplog.clear()
+    with caplog.at_level(logging.INFO), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_config(cfg)
+    assert not caplog.records
+    cfg.algorithm.adv_estimator = "gae"
+    with pytest.raises(ValueError, match="algorithm.adv_estimator=gae is not supported"):
+        check_config(cfg)  # still refuses
 
 
 def test_tiny_recipe_without_data_names_the_prepare_command(tmp_path):

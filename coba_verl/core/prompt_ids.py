@@ -2,8 +2,11 @@
 
 The tracker is keyed by ``extra_info.index`` (spec §2), not by the dataloader's row position:
 the two differ as soon as ``data.filter_overlong_prompts`` or ``train_max_samples`` drops rows.
-The index values may be integers or strings (some public parquet files use UUIDs); they are
-ranked into dense ids, so N is the number of distinct prompts, not the largest index.
+`INDEX_RULE` says what the values must be; this module is its one home: `PromptIdMap` (the
+trainers), `coba_verl.data.check_files` (``python -m coba_verl.data check`` and the pre-flight of
+``python -m coba_verl.main``) all apply it through `IndexRegistry`. Strings are allowed because
+some public parquet files use UUIDs. The values are ranked into dense ids, so N is the number of
+distinct prompts, not the largest index.
 
     extra_info.index per row  [17, 3, 42, 8]   (row 2 of the file was filtered out)
     sorted distinct values    [3, 8, 17, 42]
@@ -20,6 +23,12 @@ from typing import Any
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+#: What ``extra_info.index`` must be, in the words of every message and document that states it.
+INDEX_RULE = (
+    "an extra_info.index in every training row that no other training row has: an integer or a string, "
+    "of one type in all rows"
+)
 
 
 def dataset_index_values(dataset: Any) -> list[Any]:
@@ -39,9 +48,54 @@ def dataset_index_values(dataset: Any) -> list[Any]:
 
 #: What the repeated-index message says after the two rows under the default wording (veRL).
 _INDEX_REPEATED_HINT = (
-    "(a missing index reads as 0). CoBA-RL keys each prompt's pass rate by it. Give every row a unique "
-    "extra_info.index, e.g. its row number in the source file."
+    f"(a missing index reads as 0). CoBA-RL keys each prompt's pass rate by it, so it needs {INDEX_RULE} "
+    "(e.g. each row's number in the source file)."
 )
+
+
+class RepeatedIndex(ValueError):
+    """Two training rows share an index value (their pass rates would be merged).
+
+    Attributes:
+        key: The shared value. first, where: the labels of the first row that has it and of this one.
+    """
+
+    def __init__(self, name: str, key: int | str, first: Any, where: Any) -> None:
+        super().__init__(f"{name}={key!r} repeats {first}")
+        self.key, self.first, self.where = key, first, where
+
+
+class IndexRegistry:
+    """The index values of one training set, taken row by row and held to `INDEX_RULE`.
+
+    Args:
+        name: How the messages call an id (``extra_info.index``; TRL's ``prompt_id`` column).
+    """
+
+    def __init__(self, name: str = "extra_info.index") -> None:
+        self.name = name
+        self.first: dict[int | str, Any] = {}  # value -> label of the first row that has it
+
+    def add(self, value: Any, where: Any) -> int | str:
+        """Check one row's value and record it; ``where`` labels the row in messages. Returns its key.
+
+        Raises:
+            ValueError: the value is missing, a bool, or neither an integer nor a string (`index_key`);
+                its type differs from the first row's (the message says ``mixes types``).
+            RepeatedIndex: an earlier row has the same value.
+        """
+        key = index_key(value, self.name)
+        if self.first:
+            first_key = next(iter(self.first))
+            if type(key) is not type(first_key):
+                raise ValueError(
+                    f"{self.name} mixes types: {key!r} ({type(key).__name__}) after {first_key!r} "
+                    f"({type(first_key).__name__}) of an earlier row; give every row the same type."
+                )
+        if key in self.first:
+            raise RepeatedIndex(self.name, key, self.first[key], where)
+        self.first[key] = where
+        return key
 
 
 class PromptIdMap:
@@ -54,8 +108,9 @@ class PromptIdMap:
             why that is refused and how to fix it.
 
     Raises:
-        ValueError: when two rows share an index (the pass rates of different prompts would be
-            merged), or when the values mix numbers and strings.
+        ValueError: when the values break `INDEX_RULE` (`IndexRegistry`): two rows share an index
+            (the pass rates of different prompts would be merged), a value is neither an integer
+            nor a string, or the values mix the two; when there are none.
     """
 
     def __init__(
@@ -66,24 +121,18 @@ class PromptIdMap:
         repeated_hint: str = _INDEX_REPEATED_HINT,
     ) -> None:
         self._name = name
-        values = [_normalise(v, name) for v in index_values]
-        if not values:
+        if not len(index_values):
             raise ValueError("the training set is empty: there are no prompts to allocate rollouts to.")
-        kinds = {type(v) for v in values}
-        if len(kinds) > 1:
-            raise ValueError(
-                f"{name} mixes types {sorted(k.__name__ for k in kinds)}; "
-                "use integers (or strings) for every row."
-            )
-        first_row: dict[Any, int] = {}
-        for row, value in enumerate(values):
-            if value in first_row:
+        registry = IndexRegistry(name)
+        for row, value in enumerate(index_values):
+            try:
+                registry.add(value, row)
+            except RepeatedIndex as repeated:
                 raise ValueError(
-                    f"{name} must identify each training prompt, but rows {first_row[value]} and "
-                    f"{row} both have index {value!r} {repeated_hint}"
-                )
-            first_row[value] = row
-        self._values = sorted(first_row)  # (N,) distinct index values, ascending
+                    f"{name} must identify each training prompt, but rows {repeated.first} and {row} both "
+                    f"have index {repeated.key!r} {repeated_hint}"
+                ) from None
+        self._values = sorted(registry.first)  # (N,) distinct index values, ascending
         self._id_of = {value: i for i, value in enumerate(self._values)}
 
     @classmethod
@@ -109,7 +158,7 @@ class PromptIdMap:
         """(M,) int64 tracker ids of a batch's ``index`` values."""
         out = []
         for value in index_values:
-            key = _normalise(value, self._name)
+            key = index_key(value, self._name)
             if key not in self._id_of:
                 raise ValueError(
                     f"batch prompt with {self._name}={key!r} is not in the training set this run "
@@ -119,10 +168,17 @@ class PromptIdMap:
         return np.asarray(out, dtype=np.int64)
 
 
-def _normalise(value: Any, name: str = "extra_info.index") -> Any:
-    """numpy / torch scalars -> Python int or str, so that 3, np.int64(3) and tensor(3) are one key."""
+def index_key(value: Any, name: str = "extra_info.index") -> int | str:
+    """One index value as its key: 3, 3.0, np.int64(3) and tensor(3) are the same key 3.
+
+    Raises:
+        ValueError: naming the value when it is missing (None), a bool, or neither an integer nor
+            a string (e.g. 1.5).
+    """
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         value = value.item()
+    if value is None:
+        raise ValueError(f"{name} is missing.")
     if isinstance(value, bool):
         raise ValueError(f"{name}={value!r} is a bool; use an integer or a string.")
     if isinstance(value, float) and value.is_integer():

@@ -12,11 +12,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coba_verl.core.prompt_ids import INDEX_RULE, IndexRegistry
 from coba_verl.data.formats import PromptStyle, gold_response
 from coba_verl.data.reward import OWN_TASKS, compute_score, score_value
 from coba_verl.data.sources import SOURCES
 
-__all__ = ["STYLE_OF_SOURCE", "check_files", "gold_score", "train_test_overlap"]
+__all__ = ["FILE_RULES", "STYLE_OF_SOURCE", "check_files", "gold_score", "train_test_overlap"]
+
+#: What a training or evaluation file needs, as the pre-flight of ``python -m coba_verl.main`` says it.
+FILE_RULES = (
+    "veRL reads parquet files with rows and the columns data_source, prompt (a non-empty list of chat "
+    "messages), reward_model (with a non-empty ground_truth) and, in training files, extra_info; "
+    f"CoBA-RL needs {INDEX_RULE}."
+)
 
 
 #: The prompt style each data source of `SOURCES` is written with (its scorer expects that format).
@@ -50,56 +58,79 @@ def _is_training(extra: Mapping[str, Any]) -> bool:
     return extra.get("split") in (None, "train")
 
 
-def check_files(paths: Iterable[str | os.PathLike[str]], *, score_gold: bool = True) -> list[str]:
+def check_files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    score_gold: bool = True,
+    training: bool | None = None,
+    prompt_key: str = "prompt",
+    data_source_key: str = "data_source",
+) -> list[str]:
     """Problems that would break training on these files; an empty list means none.
 
-    Checks every row for a chat prompt, a non-empty ground truth and an integer
-    ``extra_info.index``, and, with ``score_gold``, that a response stating the ground truth scores
-    1.0 through the routed veRL scorer (which also catches a ``data_source`` veRL cannot route).
-    Indices must be unique within the training set, i.e. over the rows of every file whose
-    ``extra_info.split`` is ``train`` (or missing): CoBA-RL keys its tracker by them, and training
-    files used together share one tracker. Evaluation rows (any other split) never reach the
-    tracker, so each evaluation file may count from 0, and a test file may reuse a training
-    file's indices. Whether test prompts also appear in training is another question, answered by
-    `train_test_overlap`. A file that cannot be read as parquet is reported, not raised.
+    The one check of veRL files: ``python -m coba_verl.data check`` lists its problems, and the
+    pre-flight of ``python -m coba_verl.main`` refuses the first one for ``data.train_files``
+    (``training=True``) and ``data.val_files`` (``training=False``). Each file must be parquet,
+    have rows and the columns ``data_source``, ``prompt``, ``reward_model`` and (unless
+    ``training=False``) ``extra_info``; every row a chat prompt and a non-empty ground truth; and,
+    with ``score_gold``, a response stating the ground truth must score 1.0 through the routed veRL
+    scorer (which also catches a ``data_source`` veRL cannot route).
+
+    Training rows' ``extra_info.index`` values follow `INDEX_RULE` (`IndexRegistry`) over the
+    rows of all the files together: CoBA-RL keys its tracker by them, and training files used
+    together share one tracker. Which rows train: with ``training=None``, a row whose
+    ``extra_info.split`` is ``train`` or missing (`_is_training`); otherwise every row or none.
+    Evaluation rows never reach the tracker, so their indices are not checked: each evaluation
+    file may count from 0, and a test file may reuse a training file's indices. Whether test
+    prompts also appear in training is another question, answered by `train_test_overlap`.
+
+    Args:
+        paths: The files; a file that cannot be read as parquet is reported, not raised.
+        score_gold: Score each row's gold answer (slow on large files).
+        training: Whether the rows are training rows; None reads it from ``extra_info.split``.
+        prompt_key, data_source_key: veRL's ``data.prompt_key`` and ``data.reward_fn_key``.
     """
     problems: list[str] = []
-    owner: dict[int, str] = {}  # training index -> the row that has it
+    indices = IndexRegistry()
+    required = {data_source_key, prompt_key, "reward_model"}
+    if training is not False:
+        required.add("extra_info")
     for raw in paths:
         path = Path(raw).expanduser()
         try:
-            names = set(pq.read_schema(path).names)
+            metadata = pq.read_metadata(path)
         except (OSError, pa.ArrowException) as err:
             problems.append(f"{path}: cannot be read as parquet ({err})")
             continue
-        missing = {"data_source", "prompt", "reward_model", "extra_info"} - names
+        missing = required - set(metadata.schema.to_arrow_schema().names)
         if missing:
             problems.append(f"{path}: missing columns {sorted(missing)}")
             continue
+        if metadata.num_rows == 0:
+            problems.append(f"{path}: has no rows")
+            continue
         for pos, row in enumerate(_iter_rows(path)):
             where = f"{path} row {pos}"
-            prompt, reward, extra = row["prompt"], row["reward_model"] or {}, row["extra_info"] or {}
+            prompt, reward, extra = row[prompt_key], row["reward_model"] or {}, row.get("extra_info") or {}
             is_chat = isinstance(prompt, list) and all(
                 isinstance(m, dict) and m.get("content") for m in prompt
             )
             if not (is_chat and prompt):
-                problems.append(f"{where}: prompt is not a non-empty list of chat messages")
+                problems.append(f"{where}: {prompt_key} is not a non-empty list of chat messages")
             truth = reward.get("ground_truth")
             if not truth:
                 problems.append(f"{where}: reward_model.ground_truth is empty")
-            index = extra.get("index")
-            if not isinstance(index, int) or isinstance(index, bool):
-                problems.append(f"{where}: extra_info.index={index!r} is not an integer")
-            elif _is_training(extra):
-                if index in owner:
-                    problems.append(f"{where}: extra_info.index={index} repeats {owner[index]}")
-                else:
-                    owner[index] = where
-            if score_gold and truth and is_chat and prompt:
+            if _is_training(extra) if training is None else training:
                 try:
-                    value = gold_score(row["data_source"], truth)
+                    indices.add(extra.get("index"), where)
+                except ValueError as err:
+                    problems.append(f"{where}: {err}")
+            if score_gold and truth and is_chat and prompt:
+                source = row[data_source_key]
+                try:
+                    value = gold_score(source, truth)
                 except NotImplementedError:
-                    problems.append(f"{where}: veRL has no scorer for data_source={row['data_source']!r}")
+                    problems.append(f"{where}: veRL has no scorer for {data_source_key}={source!r}")
                     continue
                 if value != 1.0:
                     problems.append(f"{where}: the gold answer {truth!r} scores {value}, not 1.0")

@@ -234,6 +234,28 @@ def test_config_warns_when_a_knob_cannot_change_the_strategys_budgets():
         CobaConfig(strategy="uniform", solver="heap")
 
 
+@pytest.mark.parametrize(
+    ("strategy", "knob", "value"),
+    [
+        ("uniform", "window", 5),
+        ("uniform", "success_value", 2.0),
+        ("uniform", "prior_field", "extra_info.pass_rate"),
+        ("uniform", "prior_file", "priors.jsonl"),
+        ("uniform", "prior_weight", 4),
+        ("knapsack", "window", 1),  # knapsack allocates from the last pass rate only
+    ],
+)
+def test_config_warns_for_a_pass_rate_knob_the_strategy_does_not_read(strategy, knob, value):
+    message = f"coba.{knob}={value!r} does not change the budgets of strategy={strategy!r}; it is ignored."
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        CobaConfig(strategy=strategy, **{knob: value})
+    readers = ["coba", "coba_release", "reverse", "static"] + ([] if knob == "window" else ["knapsack"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for reader in readers:
+            CobaConfig(strategy=reader, **{knob: value})
+
+
 def test_min_rollouts_below_two_is_refused_by_allocate_and_every_config():
     with pytest.raises(ValueError, match="min_rollouts=1 is below 2"):
         allocate(P5, 40, min_rollouts=1)

@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.reward_score import default_compute_score
 
+from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.data import SCHEMA, SOURCES, check_files, prepare_split
 from coba_verl.data import loading as loading_module
 from coba_verl.data.checks import STYLE_OF_SOURCE, train_test_overlap
@@ -320,6 +321,63 @@ def test_check_flags_index_collisions_across_training_files_and_unroutable_sourc
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(pa.Table.from_pylist([{**rows[2], "prompt": ["What is 2+2?"]}]), foreign)
     assert check_files([foreign]) == [f"{foreign} row 0: prompt is not a non-empty list of chat messages"]
+
+
+def _indexed(path: Path, indices: list, split: str = "train") -> Path:
+    """A file of arithmetic rows whose ``extra_info.index`` values are ``indices`` (None: no index)."""
+    rows = [
+        {
+            "data_source": "coba_arithmetic",
+            "prompt": [{"role": "user", "content": f"{i}+1="}],
+            "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
+            "extra_info": {"split": split} if index is None else {"index": index, "split": split},
+        }
+        for i, index in enumerate(indices)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_check_holds_training_indices_to_the_trainers_rule(tmp_path) -> None:
+    """`INDEX_RULE` for the check as for `PromptIdMap`: strings are indices too; a missing,
+    fractional or repeated index, or a mix of types across the training files, is a problem."""
+    uuids = _indexed(tmp_path / "uuids.parquet", ["c9f1", "0a2e"])
+    assert check_files([uuids], score_gold=False) == []
+    assert check_files([_indexed(tmp_path / "floats.parquet", [0.0, 1.0])], score_gold=False) == []
+    numbers = _indexed(tmp_path / "numbers.parquet", [0, 1])
+    after_int = "(str) after 0 (int) of an earlier row; give every row the same type."
+    assert check_files([numbers, uuids], score_gold=False) == [
+        f"{uuids} row 0: extra_info.index mixes types: 'c9f1' {after_int}",
+        f"{uuids} row 1: extra_info.index mixes types: '0a2e' {after_int}",
+    ]
+    half = _indexed(tmp_path / "half.parquet", [0.5])
+    assert check_files([half], score_gold=False) == [
+        f"{half} row 0: extra_info.index=0.5 of type float is not an integer or a string."
+    ]
+    missing = _indexed(tmp_path / "missing.parquet", [None, 3, 3])
+    assert check_files([missing], score_gold=False) == [
+        f"{missing} row 0: extra_info.index is missing.",
+        f"{missing} row 2: extra_info.index=3 repeats {missing} row 1",
+    ]
+    with pytest.raises(ValueError, match="extra_info.index is missing"):
+        PromptIdMap([0, None])  # the trainer applies the same rule
+
+
+def test_check_of_files_whose_role_is_known_ignores_their_split_field(tmp_path) -> None:
+    """The pre-flight knows data.train_files from data.val_files; the rows' split fields do not decide."""
+    tests = _indexed(tmp_path / "test.parquet", [0, 0, None], split="test")
+    assert check_files([tests], score_gold=False) == []
+    assert check_files([tests], score_gold=False, training=False) == []
+    assert check_files([tests], score_gold=False, training=True) == [
+        f"{tests} row 1: extra_info.index=0 repeats {tests} row 0",
+        f"{tests} row 2: extra_info.index is missing.",
+    ]
+
+
+def test_check_reports_a_file_without_rows(tmp_path) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.Table.from_pylist([], schema=SCHEMA), empty)
+    assert check_files([empty]) == [f"{empty}: has no rows"]
 
 
 def test_check_takes_the_answer_format_from_the_source_not_from_the_prompt_text(prepared, tmp_path) -> None:
