@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 from collections import Counter
 from types import SimpleNamespace
@@ -728,3 +729,31 @@ def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update
             "coba/trimmed_rollouts"
         ] == (data["coba/rollouts_generated"] - data["coba/failed_rollouts"])
     assert sum(dapo.logged[step]["coba/trimmed_rollouts"] for step in range(1, STEPS + 1)) > 0
+
+
+def test_token_budget_keeps_each_windows_tokens_and_veRL_trains_what_it_generated(
+    transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """``coba.budget_unit=tokens``: prompts with even indices answer in two outputs (longer sessions),
+    so once lengths are known their rollouts cost more; each window's sum_i B_i L_i stays within
+    n sum_i L_i, the rollouts per window vary, and every generated session is trained (no DAPO)."""
+    trainer, manager = fit(
+        loop_config(small_config, tmp_path / "ckpt", "coba.budget_unit=tokens", "trainer.save_freq=-1"),
+        tiny_tokenizer,
+        transfer_queue,
+        tmp_path / "metrics.jsonl",
+        monkeypatch,
+    )
+    logged = logged_steps(tmp_path / "metrics.jsonl")
+    sums = [sum(s["budgets"]) for s in manager.submissions]
+    assert sums[:3] == [PROMPTS_PER_STEP * ROLLOUT_N] * 3  # epoch 1: no history, uniform
+    assert any(total != PROMPTS_PER_STEP * ROLLOUT_N for total in sums[3:])  # lengths differ by parity
+    for step in range(4, STEPS + 1):
+        data = logged[step]
+        assert data["coba/expected_tokens"] <= data["coba/token_budget"] + 1e-6
+        assert data["coba/token_budget"] == pytest.approx(data["coba/expected_tokens_uniform"])
+    for update, submission in zip(trainer.actor_rollout_wg.updates, manager.submissions, strict=True):
+        sessions, rows, steps = update_cost(update)
+        assert sessions == sum(submission["budgets"])
+        assert rows % math.lcm(DP_SIZE, update["mini_batch_size"]) == 0
+        assert steps == rows // update["mini_batch_size"] * update["epochs"]
