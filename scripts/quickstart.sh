@@ -41,7 +41,7 @@ else
 fi
 
 echo "== 2/3 data, model and pass-rate priors: $TINY"
-python -m coba_verl.arithmetic.tiny --output-dir "$TINY" --easy --priors 8
+python -m coba_verl.arithmetic.tiny --output-dir "$TINY" --easy --priors 8 --threads 1
 
 echo "== 3/3 CoBA-RL ($STRATEGY) with veRL's trainer on CPU: $STEPS steps of 16 prompts x 4 rollouts"
 mkdir -p "$RUN_DIR"

@@ -267,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="redo the output even if it is already there")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (default: 0, torch's own, one per core; 1 stays fast where other "
+        "jobs share the cores, see docs/cpu_backend.md)",
+    )
+    parser.add_argument(
         "--priors",
         type=int,
         default=0,
@@ -278,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.long and args.easy:
         parser.error("--long and --easy are two different warm starts: choose one")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = prepare(
         args.output_dir,
         n_train=args.train_size,
