@@ -120,6 +120,7 @@ def test_every_setting_composes_and_passes_verl_validate_config(task: str, setti
     actor = cfg.actor_rollout_ref.actor  # docs/recipes.md: every setting has no KL term
     assert not actor.use_kl_loss and actor.kl_loss_coef == 0.0
     assert not cfg.algorithm.use_kl_in_reward and cfg.algorithm.kl_ctrl.kl_coef == 0.0
+    assert cfg.trainer.max_actor_ckpt_to_keep == 2  # docs/recipes.md, "What a GPU run needs"
 
 
 def _leaf_keys(node: dict, prefix: str = "") -> list[str]:
