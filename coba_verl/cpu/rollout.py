@@ -24,12 +24,23 @@ distinct, repeatable samples whatever order the agent loop sends them in.
 
 Log-probs are ``log_softmax(logits / temperature)`` of the sampled token, the quantity veRL's
 actor recomputes (its ``compute_log_prob`` divides the logits by the same temperature).
+
+The server keeps vLLM's contract where a GPU run would notice a difference: ``generate`` has the
+exact parameters of veRL 0.9.1's ``vLLMHttpServer.generate`` (``vllm_async_server.py:558-569``) and
+nothing else; with ``rollout.free_cache_engine`` (veRL's default) ``sleep`` releases weights and KV
+cache and ``wake_up(tags)`` restores them, as the worker-side adapter asks (``vllm_rollout.py:195-207``),
+and a ``generate`` or a weight load that arrives while the part it needs is asleep is an error.
+Every request is recorded (replica, request id, prompt, weight version, sampling parameters,
+priority): `HFServer.requests`, and, with ``COBA_HF_REQUEST_LOG=<dir>`` in the environment, one
+JSON line per request in ``<dir>/requests-<replica>.jsonl``, between lines for the ``sleep``,
+``wake_up`` and ``update_weights`` events, so that a test can read each replica's timeline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 from collections import Counter
@@ -46,6 +57,11 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from coba_verl.decoding import kv_decode
 
 logger = logging.getLogger(__name__)
+
+#: Environment variable naming a folder where every server appends its requests (JSON lines).
+REQUEST_LOG_ENV = "COBA_HF_REQUEST_LOG"
+#: What ``sleep`` releases and ``wake_up`` restores (vLLM's tags).
+SLEEP_TAGS = frozenset({"weights", "kv_cache"})
 
 
 def server_name(replica_rank: int) -> str:
@@ -167,20 +183,34 @@ class HFServer:
         torch.set_num_threads(1)
         if not isinstance(model_config, HFModelConfig):  # the replica passes the model's DictConfig
             model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
-        self.config = config
-        self.replica_rank = replica_rank
-        self.batch_wait_s = batch_wait_s
-        self.model = AutoModelForCausalLM.from_pretrained(
+        model = AutoModelForCausalLM.from_pretrained(
             model_config.local_path, dtype=torch.float32, attn_implementation="eager"
         ).eval()
         tokenizer = model_config.tokenizer
-        eos = self.model.generation_config.eos_token_id
+        eos = model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer is not None and tokenizer.eos_token_id is not None:
             eos_ids.add(int(tokenizer.eos_token_id))
-        self.eos_ids = frozenset(eos_ids)
         pad = tokenizer.pad_token_id if tokenizer is not None else None
-        self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
+        pad_id = int(pad if pad is not None else next(iter(eos_ids), 0))
+        self.start(config, model, replica_rank, eos_ids, pad_id, batch_wait_s)
+
+    def start(
+        self,
+        config: Any,
+        model: torch.nn.Module,
+        replica_rank: int,
+        eos_ids: Iterable[int],
+        pad_id: int,
+        batch_wait_s: float = 0.005,
+    ) -> None:
+        """Serve ``model`` (already loaded): the server's state, awake, with no request yet."""
+        self.config = config
+        self.model = model
+        self.replica_rank = replica_rank
+        self.batch_wait_s = batch_wait_s
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
+        self.pad_id = int(pad_id)
         self.global_steps: int | None = None
         self._version = 0
         self._draws: Counter[tuple[int, ...]] = Counter()
@@ -188,6 +218,10 @@ class HFServer:
         self._serving: asyncio.Task | None = None
         self.requests_served = 0
         self.batches_served = 0
+        self.asleep: set[str] = set()  # parts released by sleep(), of SLEEP_TAGS
+        self.requests: list[dict[str, Any]] = []  # every generate call, in arrival order
+        folder = os.environ.get(REQUEST_LOG_ENV)
+        self._log_path = os.path.join(folder, f"requests-{replica_rank}.jsonl") if folder else None
 
     # ------------------------------------------------------------------ generation
     async def generate(
@@ -195,14 +229,29 @@ class HFServer:
         prompt_ids: list[int],
         sampling_params: dict[str, Any],
         request_id: str,
-        image_data: Any = None,
-        video_data: Any = None,
-        audio_data: Any = None,
-        **kwargs: Any,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        audio_data: list[Any] | None = None,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        priority: int = 0,
+        kv_transfer_params: dict | None = None,
     ) -> TokenOutput:
-        """Sample one continuation of ``prompt_ids``; same contract as veRL's vLLM server."""
-        if image_data is not None or video_data is not None or audio_data is not None:
+        """Sample one continuation of ``prompt_ids``; the parameters of veRL's vLLM server, no others.
+
+        Raises:
+            ValueError: image, video or audio data, or KV-transfer parameters (text-only, one stage).
+            RuntimeError: a request while the weights or the KV cache are asleep.
+        """
+        if any(x is not None for x in (image_data, video_data, audio_data, mm_processor_kwargs)):
             raise ValueError("the hf rollout serves text-only models; got image/video/audio data")
+        if kv_transfer_params is not None:
+            raise ValueError("the hf rollout has no prefill/decode disaggregation; got kv_transfer_params")
+        if self.asleep:
+            raise RuntimeError(
+                f"replica {self.replica_rank} got request {request_id} while its {sorted(self.asleep)} "
+                "are asleep: veRL must wake the rollout before generating"
+            )
+        self._record(prompt_ids, sampling_params, request_id, priority)
         request = self._make_request(list(map(int, prompt_ids)), dict(sampling_params))
         self._pending.append(request)
         if self._serving is None or self._serving.done():
@@ -210,6 +259,26 @@ class HFServer:
         output = await request.future
         output.extra_fields = {"global_steps": self.global_steps}
         return output
+
+    def _record(self, prompt_ids: list[int], params: dict[str, Any], request_id: str, priority: int) -> None:
+        """Append the request to `requests` (and to the request log file, when one is set)."""
+        entry = {
+            "replica": self.replica_rank,
+            "request_id": str(request_id),
+            "prompt_ids": [int(t) for t in prompt_ids],
+            "global_steps": self.global_steps,
+            "version": self._version,
+            "sampling_params": {k: params[k] for k in sorted(params)},
+            "priority": int(priority),
+        }
+        self.requests.append(entry)
+        self._log(entry)
+
+    def _log(self, entry: dict[str, Any]) -> None:
+        """One JSON line in the request log file, when one is set."""
+        if self._log_path is not None:
+            with open(self._log_path, "a", encoding="utf-8") as log:
+                log.write(json.dumps(entry, default=str) + "\n")
 
     def _make_request(self, prompt_ids: list[int], params: dict[str, Any]) -> _Request:
         cfg = self.config
@@ -257,7 +326,14 @@ class HFServer:
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> None:
-        """Load the actor's full weights (HF parameter names), then count a new weight version."""
+        """Load the actor's full weights (HF parameter names), then count a new weight version.
+
+        Raises:
+            RuntimeError: the weights are asleep (veRL wakes them with ``wake_up(["weights"])`` first).
+            ValueError: parameter names that do not match the served model.
+        """
+        if "weights" in self.asleep:
+            raise RuntimeError(f"replica {self.replica_rank} got new weights while its weights are asleep")
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or set(missing) - tied:
@@ -269,6 +345,7 @@ class HFServer:
         self.global_steps = global_steps
         self._version += 1
         self._draws.clear()
+        self._log({"replica": self.replica_rank, "event": "update_weights", "global_steps": global_steps})
 
     def stats(self) -> dict[str, Any]:
         """Requests and batches served, weight version and global step (for tests and logs)."""
@@ -277,6 +354,7 @@ class HFServer:
             "batches": self.batches_served,
             "version": self._version,
             "global_steps": self.global_steps,
+            "asleep": sorted(self.asleep),
         }
 
     @torch.no_grad()
@@ -290,12 +368,17 @@ class HFServer:
 
     # ------------------------------------------------------------------ engine control (no device memory)
     async def wake_up(self, tags: list[str] | None = None) -> None:
-        return None
+        """Restore the parts ``tags`` (default: weights and KV cache)."""
+        self.asleep -= set(tags or SLEEP_TAGS)
+        self._log({"replica": self.replica_rank, "event": "wake_up", "asleep": sorted(self.asleep)})
 
     async def sleep(self) -> None:
-        return None
+        """Release weights and KV cache, as vLLM's hybrid sleep does with ``free_cache_engine``."""
+        if bool(getattr(self.config, "free_cache_engine", True)):
+            self.asleep = set(SLEEP_TAGS)
+            self._log({"replica": self.replica_rank, "event": "sleep", "asleep": sorted(self.asleep)})
 
-    async def abort_all_requests(self, reject_request: bool = False) -> None:
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> None:
         return None
 
     async def resume_generation(self) -> None:
@@ -354,10 +437,14 @@ class HFServerAdapter(BaseRollout):
         return self._server
 
     async def resume(self, tags: list[str]) -> None:
-        return None
+        """Wake the server's ``tags`` (weights, kv_cache), as veRL's vLLM adapter does."""
+        if self.is_leader_rank and bool(getattr(self.config, "free_cache_engine", True)):
+            await self._server_handle().wake_up.remote(tags=tags)
 
     async def release(self) -> None:
-        return None
+        """Put the server to sleep, as veRL's vLLM adapter does."""
+        if self.is_leader_rank and bool(getattr(self.config, "free_cache_engine", True)):
+            await self._server_handle().sleep.remote()
 
     async def update_weights(
         self,

@@ -1,0 +1,101 @@
+"""The hf server keeps vLLM's contract where a GPU run would notice: veRL 0.9.1's exact ``generate``
+parameters, sleep and wake-up by tags, and a record of every request."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import verl
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from coba_verl.cpu.rollout import REQUEST_LOG_ENV, HFServer
+
+VLLM_SERVER = Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py"
+
+
+def vllm_generate_parameters() -> list[tuple[str, str | None]]:
+    """(name, default source) of ``vLLMHttpServer.generate`` read from veRL's source (vLLM itself does
+    not install on CPU, so the module cannot be imported)."""
+    tree = ast.parse(VLLM_SERVER.read_text())
+    server = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "vLLMHttpServer")
+    method = next(n for n in server.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "generate")
+    args = method.args.args
+    defaults = [None] * (len(args) - len(method.args.defaults)) + [
+        ast.unparse(d) for d in method.args.defaults
+    ]
+    assert not method.args.kwarg and not method.args.vararg and not method.args.kwonlyargs
+    return [(a.arg, d) for a, d in zip(args, defaults, strict=True)]
+
+
+def test_generate_takes_exactly_the_parameters_of_veRLs_vllm_server():
+    ours = [
+        (name, None if p.default is inspect.Parameter.empty else repr(p.default))
+        for name, p in inspect.signature(HFServer.generate).parameters.items()
+    ]
+    assert ours == vllm_generate_parameters()
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch) -> HFServer:
+    monkeypatch.setenv(REQUEST_LOG_ENV, str(tmp_path))
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    config = SimpleNamespace(
+        prompt_length=8, response_length=4, max_num_seqs=8, seed=1, free_cache_engine=True
+    )
+    server = HFServer.__new__(HFServer)
+    server.start(
+        config, Qwen2ForCausalLM(cfg).eval(), replica_rank=3, eos_ids=[2], pad_id=0, batch_wait_s=0.0
+    )
+    return server
+
+
+def run(coroutine):
+    return asyncio.new_event_loop().run_until_complete(coroutine)
+
+
+def test_an_argument_vllm_does_not_take_is_refused(server):
+    with pytest.raises(TypeError, match="n_samples"):
+        run(server.generate([5, 6], {"temperature": 1.0}, "r0", n_samples=4))
+
+
+def test_requests_while_asleep_are_refused_until_both_parts_wake(server):
+    params = {"temperature": 1.0, "max_tokens": 2}
+    run(server.sleep())
+    with pytest.raises(RuntimeError, match=r"\['kv_cache', 'weights'\] are asleep"):
+        run(server.generate([5, 6], params, "r0"))
+    run(server.wake_up(tags=["weights"]))
+    server.update_weights(server.model.state_dict(), global_steps=4)  # weights awake: allowed
+    with pytest.raises(RuntimeError, match=r"\['kv_cache'\] are asleep"):
+        run(server.generate([5, 6], params, "r1"))
+    run(server.wake_up(tags=["kv_cache"]))
+    assert len(run(server.generate([5, 6], params, "r2", priority=3)).token_ids) >= 1
+
+
+def test_new_weights_while_the_weights_sleep_are_refused(server):
+    run(server.sleep())
+    with pytest.raises(RuntimeError, match="new weights while its weights are asleep"):
+        server.update_weights(server.model.state_dict(), global_steps=1)
+
+
+def test_every_request_and_engine_event_is_recorded_in_order(server, tmp_path):
+    server.update_weights(server.model.state_dict(), global_steps=7)
+    run(server.generate([5, 6], {"temperature": 0.5, "max_tokens": 2}, "r9", priority=2))
+    run(server.sleep())
+    lines = [json.loads(line) for line in (tmp_path / "requests-3.jsonl").read_text().splitlines()]
+    assert [line.get("event", "request") for line in lines] == ["update_weights", "request", "sleep"]
+    request = lines[1]
+    assert request == server.requests[0]
+    assert request["replica"] == 3 and request["request_id"] == "r9" and request["prompt_ids"] == [5, 6]
+    assert request["global_steps"] == 7 and request["priority"] == 2
+    assert request["sampling_params"] == {"max_tokens": 2, "temperature": 0.5}
