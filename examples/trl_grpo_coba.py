@@ -6,10 +6,11 @@
         --prompts-per-step 64
 
 Run from the repository root. ``PYTHONPATH=.trl-site`` is for the Quick start's install, which
-puts TRL in ``.trl-site`` apart from veRL's environment; where TRL is installed (``pip install
-"coba-verl[trl]"``), drop it. The first line took 1 min 59 s (wall) on a 2-core machine with no
-other job running, 1 torch thread: about 16 s of imports, 72 s of warm start (1400 steps to 41 %
-probe accuracy) and 30 s for the 128 GRPO steps.
+puts TRL in ``.trl-site`` apart from veRL's environment; where TRL is installed (from a clone,
+``pip install torch==2.13.0 -e ".[trl]"`` in an environment without veRL), drop it. The first
+line took 51 s (wall) on 2 cores beside a veRL training and tests (load average 2.8-4.3), 1 torch
+thread: about 25 s of warm start (1400 steps to 41 % probe accuracy), 18 s for the 128 GRPO steps,
+the rest imports and evaluation.
 
 The task, the character tokenizer and the model are the CPU lab's (`coba_verl.arithmetic`; see
 ``docs/lab.md``): a supervised warm start brings the random model to about 40 % sampled accuracy

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# veRL's real trainer on CPU with a tiny model (docs: README, "The tiny CPU recipe").
+# veRL's real trainer on CPU with a tiny model (docs/cpu_backend.md; README, "On CPU.").
 #
-#   python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
-#   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps
+#   python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu --priors 8
+#   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps (the first 16 uniform)
 #   STRATEGY=uniform bash recipes/tiny_cpu/run.sh         # GRPO with everything else equal
-#   bash recipes/tiny_cpu/run.sh trainer.total_training_steps=6
+#   bash recipes/tiny_cpu/run.sh coba.prior_file=~/data/coba/tiny_cpu/priors.jsonl trainer.total_training_steps=6
+#                         # budgets from measured pass rates from step 1 (without, epoch 1 is B 4-4)
 #
 # Variables of recipes/launch.sh apply (STRATEGY, LOGGER, ...); ROLLOUT is hf (transformers).
 set -euo pipefail
