@@ -76,7 +76,7 @@ def check_plugin_loaded() -> None:
             f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' entry point "
             f"(unset it, or add {PLUGIN_NAME} to its list), "
             "or the package is not installed with its verl.plugins entry point in the environment Ray "
-            "workers use (pip install coba-verl, or pip install -e . in a checkout)."
+            "workers use (pip install -e . in a clone)."
         ) from None
 
 
