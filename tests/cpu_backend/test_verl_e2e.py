@@ -73,7 +73,13 @@ def tiny(tmp_path_factory) -> Path:
     )  # fmt: skip
 
 
-def train(tiny: Path, out: Path, *overrides: str, script: tuple[str, ...] = ("-m", "coba_verl.main")) -> list:
+def train(
+    tiny: Path,
+    out: Path,
+    *overrides: str,
+    script: tuple[str, ...] = ("-m", "coba_verl.main"),
+    env: dict[str, str] | None = None,
+) -> list:
     """Run ``python -m coba_verl.main`` (or ``script``) on the tiny recipe; return veRL's step metrics."""
     log = out / "metrics.jsonl"
     command = [
@@ -87,7 +93,7 @@ def train(tiny: Path, out: Path, *overrides: str, script: tuple[str, ...] = ("-m
         "coba_cpu.allow_with_cuda=true",  # the same CPU run on a machine that also has a GPU
         *overrides,
     ]  # fmt: skip
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     rows = [json.loads(line) for line in log.read_text().splitlines()]
@@ -388,3 +394,121 @@ def test_estimate_measures_every_prompt_with_veRL_and_a_run_with_the_priors_allo
         wanted.append(int(want))
     for prior, (got, wanted) in by_prior.items():
         assert sorted(got) == sorted(wanted), prior
+
+
+# ---------------------------------------------------------------------- the GPU run's layout on CPU
+#: Two trainer ranks (so two hf replicas, one per rank in hybrid mode), two agent-loop workers,
+#: dynamic batch sizes, and a budget of M x 16 with B_up = 128: the layout of a multi-GPU recipe.
+LAYOUT = (
+    "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.agent.num_workers=2",
+    "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.n=16", "coba.max_rollouts=128",
+    "trainer.total_training_steps=2", "trainer.save_freq=-1",
+)  # fmt: skip
+#: What uniform GRPO trains a step in that layout: 16 x 16 rows, lcm(2 ranks, 8 x 16) = 128 divides
+#: them (no padding), 256 / 128 = 2 optimizer steps.
+LAYOUT_UNIFORM_STEP = {"coba/trained_rollouts": 256, "coba/trained_rows": 256, "coba/padding_rows": 0,
+                       "coba/optimizer_steps": 2}  # fmt: skip
+
+
+def layout_run(tiny: Path, out: Path, *overrides: str) -> SimpleNamespace:
+    """The layout run with every request logged by the hf servers. One prompt's prior pass rate is
+    0.5 and every other's 0, so the window holding it gives it B_up = 128 (the others 8 or 9)."""
+    import pyarrow.parquet as pq
+
+    from coba_verl.cpu.rollout import REQUEST_LOG_ENV
+
+    indices = [row["index"] for row in pq.read_table(tiny / "train.parquet").column("extra_info").to_pylist()]
+    priors = out / "priors.jsonl"
+    priors.write_text("".join(json.dumps({"index": i, "pass_rate": 0.5 if i == indices[0] else 0.0}) + "\n"
+                              for i in indices))  # fmt: skip
+    logs = out / "requests"
+    logs.mkdir()
+    steps = train(
+        tiny, out, *LAYOUT, f"coba.prior_file={priors}", *overrides, env={REQUEST_LOG_ENV: str(logs)}
+    )
+    timelines = {
+        int(path.stem.rsplit("-", 1)[1]): [json.loads(line) for line in path.read_text().splitlines()]
+        for path in sorted(logs.glob("requests-*.jsonl"))
+    }
+    return SimpleNamespace(out=out, steps=steps, timelines=timelines)
+
+
+def requests_by_step(run: SimpleNamespace) -> dict[int, list[dict]]:
+    """Requests of each training step (the step after the weights they were served with)."""
+    by_step: dict[int, list[dict]] = {}
+    for timeline in run.timelines.values():
+        for entry in timeline:
+            if "request_id" in entry:
+                by_step.setdefault(entry["global_steps"] + 1, []).append(entry)
+    return by_step
+
+
+@pytest.fixture(scope="module")
+def layout(tiny, tmp_path_factory):
+    return layout_run(tiny, tmp_path_factory.mktemp("layout"))
+
+
+def test_gpu_layout_each_prompt_gets_b_i_single_requests_with_one_set_of_sampling_parameters(layout, tiny):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "model")
+    by_step = requests_by_step(layout)
+    assert sorted(by_step) == [1, 2] and sorted(layout.timelines) == [0, 1]  # two replicas served
+    assert max(max(budgets(layout.out, step).values()) for step in (1, 2)) == 128  # a prompt at B_up
+    for step, requests in by_step.items():
+        asked = Counter(tokenizer.decode(r["prompt_ids"], skip_special_tokens=True) for r in requests)
+        trained_per_prompt = Counter(row["input"] for row in trained(layout.out, step))
+        assert asked == trained_per_prompt  # B_i requests of one sample each, every one trained
+    params = {json.dumps(r["sampling_params"], sort_keys=True) for rs in by_step.values() for r in rs}
+    assert len(params) == 1  # whatever the budget: what uniform GRPO sends (see the extended run)
+    assert {r["priority"] for rs in by_step.values() for r in rs} == {0}
+
+
+def test_gpu_layout_every_request_uses_the_last_update_and_none_reaches_a_sleeping_replica(layout):
+    for replica, timeline in layout.timelines.items():
+        asleep, weights = set(), None
+        for entry in timeline:
+            if entry.get("event") in ("sleep", "wake_up"):
+                asleep = set(entry["asleep"])
+            elif entry.get("event") == "update_weights":
+                weights = entry["global_steps"]
+            else:
+                assert not asleep, (replica, entry["request_id"])
+                assert entry["global_steps"] == weights  # the weights of the update before the step
+    for step, requests in requests_by_step(layout).items():
+        assert {r["global_steps"] for r in requests} == {step - 1}
+
+
+def test_gpu_layout_spreads_requests_over_replicas_and_trains_uniforms_rows_and_steps(layout):
+    """veRL's router balances requests in flight over all replicas (least loaded, random ties); a
+    step's requests split about evenly, a prompt's own sessions need not (docs/verl.md)."""
+    for requests in requests_by_step(layout).values():
+        per_replica = Counter(r["replica"] for r in requests)
+        assert min(per_replica.values()) >= 0.4 * len(requests)
+        largest = Counter(tuple(r["prompt_ids"]) for r in requests).most_common(1)[0][0]
+        on = Counter(r["replica"] for r in requests if tuple(r["prompt_ids"]) == largest)
+        assert len(on) == 2  # the largest group is served by both replicas
+    for s in layout.steps:
+        assert {key: s[key] for key in LAYOUT_UNIFORM_STEP} == LAYOUT_UNIFORM_STEP
+
+
+@pytest.mark.e2e_extended  # three more layout runs of a few minutes each
+@pytest.mark.parametrize("variant", ["uniform", "dapo", "classic"])
+def test_gpu_layout_variants_send_the_same_sampling_parameters_and_train_uniforms_rows(
+    layout, tiny, tmp_path, variant
+):
+    overrides = {"uniform": ("coba.strategy=uniform",), "dapo": DAPO, "classic": (CLASSIC,)}[variant]
+    run = layout_run(tiny, tmp_path, *overrides)
+    params = {
+        json.dumps(r["sampling_params"], sort_keys=True) for rs in requests_by_step(run).values() for r in rs
+    }
+    reference = {
+        json.dumps(r["sampling_params"], sort_keys=True)
+        for rs in requests_by_step(layout).values()
+        for r in rs
+    }
+    assert params == reference
+    test_gpu_layout_every_request_uses_the_last_update_and_none_reaches_a_sleeping_replica(run)
+    if variant != "classic":  # the classic trainer logs no coba/trained_* (its batch is M x n rows)
+        for s in run.steps:
+            assert {key: s[key] for key in LAYOUT_UNIFORM_STEP} == LAYOUT_UNIFORM_STEP
