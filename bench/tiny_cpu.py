@@ -11,7 +11,9 @@ the whole process tree twice a second, and reads veRL's own metrics from its fil
     setup        wall time until the first step starts (Ray, workers, model, servers)
     step         veRL's ``timing_s/step`` (median, min-max)
     plugin       ``coba/plugin_time_s``: allocate + session check and tracker update + end_step +
-                 metrics, as a share of the same step's ``timing_s/step``
+                 metrics, as a share of the same step's ``timing_s/step``; overall and per epoch
+                 (veRL's ``training/epoch``), since epoch 1 without priors has nothing to allocate
+                 (uniform budgets), and with its ``coba/alloc_time_s`` (the allocation alone)
     peak RSS     the largest sum over the process tree
 """
 
@@ -89,6 +91,18 @@ def main() -> None:
         f"plugin: median {np.nanmedian(plugin) * 1e3:.2f} ms a step, "
         f"{np.nanmedian(share) * 100:.2f} % of the step (max {np.nanmax(share) * 100:.2f} %)"
     )
+    epochs = np.array([r.get("training/epoch", -1) for r in rows])
+    alloc = np.array([r.get("coba/alloc_time_s", np.nan) for r in rows])
+    uniform = np.array([r.get("coba/budget_min", np.nan) == r.get("coba/budget_max", np.nan) for r in rows])
+    for epoch in sorted(set(epochs.tolist())):
+        sel = epochs == epoch
+        ms, pct = plugin[sel] * 1e3, share[sel] * 100
+        print(
+            f"epoch {epoch + 1}: {sel.sum()} steps ({uniform[sel].sum()} with uniform budgets), plugin "
+            f"median {np.nanmedian(ms):.2f} ms (min {np.nanmin(ms):.2f}, max {np.nanmax(ms):.2f}), "
+            f"{np.nanmedian(pct):.2f} % of the step (max {np.nanmax(pct):.2f} %); the allocation alone "
+            f"median {np.nanmedian(alloc[sel]) * 1e3:.2f} ms"
+        )
     print(f"peak RSS of the process tree: {peak / 2**30:.2f} GiB; logs in {work}")
 
 
