@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import sys
 from importlib import resources
+from typing import NoReturn
 
 from coba_verl import __version__
 
@@ -22,6 +23,9 @@ COMMANDS = {
     "estimate": ("coba_verl.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
 }
+
+#: Exit status of a refusal of ours (as for a usage error).
+REFUSAL_STATUS = 2
 
 #: command -> (the extra that brings it, the top-level modules of that extra it imports).
 NEEDS = {
@@ -42,6 +46,18 @@ def missing_extra(name: str) -> str | None:
         f"coba-verl {name}: needs the '{extra}' extra, not installed here (no module {', '.join(missing)}).\n"
         f'  in a clone: pip install -e ".[{extra}]"    (on CPU: pip install torch==2.13.0 -e ".[{extra}]")\n'
     )
+
+
+def refuse(reason: BaseException | str) -> NoReturn:
+    """Print a refusal as one line, ``coba-verl: <message>``, on stderr and exit with `REFUSAL_STATUS`.
+
+    The one way every entry point (``coba_verl.main``, ``coba_verl.estimate``,
+    ``coba_verl.openrlhf.train``) reports a setting or input it refuses; a message of several
+    lines is joined into one.
+    """
+    message = " ".join(str(reason).splitlines())
+    print(f"coba-verl: {message}", file=sys.stderr)
+    sys.exit(REFUSAL_STATUS)
 
 
 def _usage() -> str:

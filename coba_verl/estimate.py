@@ -264,18 +264,10 @@ def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
 
 @hydra.main(config_path="config", config_name="coba_trainer", version_base=None)
 def _entry(config: DictConfig) -> None:
-    from coba_verl.main import REFUSAL_STATUS, _our_refusal
-
     assert _REQUEST is not None, "coba_verl.estimate: call main(), not the Hydra entry"
     logging.getLogger("coba_verl").setLevel(logging.INFO)
-    try:
+    with preflight.exit_on_refusal():
         run(config, _REQUEST)
-    except Exception as error:
-        refusal = _our_refusal(error)
-        if refusal is None:
-            raise
-        sys.stderr.write(f"coba-verl: {refusal}\n")
-        sys.exit(REFUSAL_STATUS)
 
 
 def main(argv: list[str] | None = None) -> int:

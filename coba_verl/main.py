@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import sys
 import warnings
 
 import hydra
@@ -42,8 +41,6 @@ warnings.filterwarnings("ignore", category=UserWarning, module="verl.workers.eng
 PLUGIN_NAME = "coba_verl"
 #: The module that entry point loads.
 PLUGIN_MODULE = "coba_verl.verl_plugin.registration"
-#: Exit status of a refusal of ours (as for a usage error).
-REFUSAL_STATUS = 2
 
 
 def check_plugin_loaded() -> None:
@@ -150,26 +147,8 @@ def main(config: DictConfig) -> None:
     one line, ``coba-verl: <message>``, on stderr, exit status 2; every other error keeps its
     traceback.
     """
-    try:
+    with preflight.exit_on_refusal():
         run(config)
-    except Exception as error:
-        refusal = _our_refusal(error)
-        if refusal is None:
-            raise
-        message = " ".join(str(refusal).splitlines())
-        print(f"coba-verl: {message}", file=sys.stderr)
-        sys.exit(REFUSAL_STATUS)
-
-
-def _our_refusal(error: BaseException) -> preflight.CobaRefusal | None:
-    """``error`` if it is a `CobaRefusal`, or the one a Ray task error carries; else None."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, preflight.CobaRefusal):
-            return error
-        error = getattr(error, "cause", None) or error.__cause__  # RayTaskError.cause: the remote error
-    return None
 
 
 if __name__ == "__main__":

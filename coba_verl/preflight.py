@@ -24,8 +24,9 @@ driver looks first, with nothing heavier than pyarrow:
   step, the folder and how to start fresh. Whether the checkpoint was written for the same
   prompts and model is checked where its state is read (`CobaDataLoader.load_coba_state`).
 
-A refusal of ours is a `CobaRefusal`; ``coba_verl.main`` prints it as one line,
-``coba-verl: <message>``, and exits 2. Errors that are not ours keep their traceback.
+A refusal of ours is a `CobaRefusal`; `exit_on_refusal` (around ``coba_verl.main``'s and
+``coba_verl.estimate``'s runs) prints it as one line, ``coba-verl: <message>``, and exits 2
+(`coba_verl.cli.refuse`). Errors that are not ours keep their traceback.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ __all__ = [
     "check_accelerator",
     "check_inputs",
     "check_trl_conflict",
+    "carried_refusal",
     "data_files",
+    "exit_on_refusal",
     "is_remote",
     "local_model_path",
     "place_checkpoints",
@@ -90,6 +93,37 @@ def refusals() -> Iterator[None]:
         if not raised_by_coba_verl(error):
             raise
         raise CobaRefusal(str(error)) from error
+
+
+@contextmanager
+def exit_on_refusal() -> Iterator[None]:
+    """Report a refusal of ours raised inside, and exit: `coba_verl.cli.refuse` (exit status 2).
+
+    A `CobaRefusal`, raised here or inside a Ray actor and carried back by Ray
+    (`carried_refusal`), prints as one line, ``coba-verl: <message>``, on stderr; every other
+    error keeps its traceback.
+    """
+    from coba_verl.cli import refuse
+
+    try:
+        yield
+    except Exception as error:
+        refusal = carried_refusal(error)
+        if refusal is None:
+            raise
+        refuse(refusal)
+
+
+def carried_refusal(error: BaseException) -> CobaRefusal | None:
+    """``error`` if it is a `CobaRefusal`, or the one a Ray task error carries; else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CobaRefusal):
+            return current
+        current = getattr(current, "cause", None) or current.__cause__  # RayTaskError.cause: the remote error
+    return None
 
 
 def raised_by_coba_verl(error: BaseException) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from coba_verl.cli import refuse
 from coba_verl.core import CobaConfig
 from coba_verl.openrlhf.checks import COBA_FLAG_PREFIX, DEFAULT_ID_KEY, check_args
 
@@ -60,17 +61,12 @@ def parse_coba_flags(argv: list[str]) -> tuple[CobaConfig, str, list[str]]:
     return CobaConfig(**values), id_key, rest
 
 
-def _refuse(err: Exception) -> None:
-    print(f"coba-verl: {err}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         coba, id_key, rest = parse_coba_flags(argv)
     except (ValueError, TypeError) as err:
-        _refuse(err)
+        refuse(err)
 
     import openrlhf.trainer.ppo_trainer as ppo_trainer
     import openrlhf.utils.config as openrlhf_config
@@ -85,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             check_args(args, coba)
         except ValueError as err:
-            _refuse(err)
+            refuse(err)
         config = asdict(coba)
         if config["prior_file"] is not None:  # Ray's actors need not share the launcher's directory
             config["prior_file"] = str(Path(config["prior_file"]).expanduser().resolve())
