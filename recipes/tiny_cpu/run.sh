@@ -4,7 +4,7 @@
 #   python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu --priors 8
 #   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps (the first 16 uniform)
 #   STRATEGY=uniform bash recipes/tiny_cpu/run.sh         # GRPO with everything else equal
-#   bash recipes/tiny_cpu/run.sh coba.prior_file=~/data/coba/tiny_cpu/priors.jsonl trainer.total_training_steps=6
+#   bash recipes/tiny_cpu/run.sh coba.prior_file=$HOME/data/coba/tiny_cpu/priors.jsonl trainer.total_training_steps=6
 #                         # budgets from measured pass rates from step 1 (without, epoch 1 is B 4-4)
 #
 # Variables of recipes/launch.sh apply (STRATEGY, LOGGER, ...); ROLLOUT is hf (transformers).
