@@ -1,6 +1,7 @@
 """Every relative link in README.md and docs/ resolves: the file (or folder) exists, and an anchor
 names a heading of the target page as GitHub renders it. External links (http, https, mailto) are
-not fetched. Links inside code blocks and inline code are not links and are left alone."""
+not fetched. Links inside code blocks and inline code are not links and are left alone. And no
+documented Hydra override starts its value with ``~`` (it would not run)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,19 @@ def test_the_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path: Path) -
         "no such file)",
         "no heading with that anchor)",
     ]
+
+
+#: ``key=~/...``: Hydra's override lexer refuses ``~``, and the shell expands it only after ``NAME=``
+#: of an environment variable (upper case), not after ``a.b=``.
+_TILDE_OVERRIDE = re.compile(r"(?<![\w.-])([a-z_][\w]*(?:\.[\w]+)*)=~")
+
+
+def test_no_documented_override_starts_its_value_with_a_tilde() -> None:
+    sources = [*PAGES, *sorted((ROOT / "recipes").glob("*/run.sh")), ROOT / "scripts" / "quickstart.sh"]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {match[0]}=~"
+        for path in sources
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        for match in _TILDE_OVERRIDE.finditer(line)
+    ]
+    assert found == [], "use $HOME: " + "; ".join(found)
