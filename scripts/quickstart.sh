@@ -11,9 +11,9 @@
 # start CoBA-RL's tracker, so budgets differ from uniform from step 1 (without them epoch 1 is
 # uniform GRPO). Cached: the install is redone only when pyproject.toml changed, the data and
 # model only when missing (python -m coba_verl.arithmetic.tiny reuses its output), so a second run
-# only re-measures the pass rates (seconds) before it trains. Variables: PYTHON (python3), DATA_DIR (~/data/coba), STEPS (16),
-# STRATEGY (coba), RUN_DIR (runs/quickstart: console log and metrics); arguments are appended as
-# Hydra overrides (recipes/tiny_cpu/run.sh).
+# only re-measures the pass rates (seconds) before it trains. Variables: PYTHON (python3),
+# DATA_DIR (~/data/coba), STEPS (16), STRATEGY (coba), RUN_DIR (runs/quickstart: console log and
+# metrics); arguments are appended as Hydra overrides (recipes/tiny_cpu/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
