@@ -21,10 +21,11 @@ Notation: R rollouts in the step's batch, G prompt groups among them, B_g rollou
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GROUP_WEIGHTS", "check_aggregation", "check_group_weight", "rollout_weights"]
+__all__ = ["GROUP_WEIGHTS", "AggregationModes", "check_aggregation", "check_group_weight", "rollout_weights"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,34 +78,47 @@ def rollout_weights(index: np.ndarray, group_weight: str) -> np.ndarray:
     return (r / g) / sizes[inverse.reshape(-1)].astype(np.float64)
 
 
-def check_aggregation(
-    group_weight: str,
-    mode: str,
-    *,
-    exact: tuple[str, ...],
-    by_length: tuple[str, ...],
-    setting: str,
-    key: str = "coba.group_weight",
-) -> None:
+@dataclass(frozen=True)
+class AggregationModes:
+    """A framework's loss aggregation modes, sorted by what ``coba.group_weight=equal`` does under them.
+
+    Each framework's glue holds one, in that framework's names (veRL's ``actor.loss_agg_mode``,
+    TRL's ``loss_type``, OpenRLHF's ``--actor.loss_agg_mode``); `check_aggregation` reads it.
+
+    Attributes:
+        setting: the framework's name of the mode's key, e.g. ``actor_rollout_ref.actor.loss_agg_mode``.
+        exact: modes under which ``equal`` gives every group exactly the same weight (w_r = 1 / R);
+            the first is the one a message suggests.
+        by_length: modes that weigh each rollout by its response length (the frameworks' defaults
+            among them).
+        key: how the framework spells ``coba.group_weight`` (OpenRLHF: ``--coba.group_weight``).
+    """
+
+    setting: str
+    exact: tuple[str, ...]
+    by_length: tuple[str, ...]
+    key: str = "coba.group_weight"
+
+
+def check_aggregation(group_weight: str, mode: str, modes: AggregationModes) -> None:
     """Say how exact ``group_weight`` is under a framework's loss aggregation ``mode``.
 
     A per-group factor c_g gives group g the weight c_g * sum_{r in g} w_r, w_r the weight the
     aggregation gives rollout r (docs/algorithm.md, "Group weight"). ``tokens`` changes nothing,
-    so every mode is fine. ``equal``: exact under the modes ``exact`` (w_r = 1 / R); under
-    ``by_length`` (w_r proportional to the response length; the frameworks' defaults among them) an
+    so every mode is fine. ``equal``: exact under ``modes.exact`` (w_r = 1 / R); under
+    ``modes.by_length`` (w_r proportional to the response length) an
     INFO line says that a group still weighs by its mean response length, as under uniform GRPO
     (information, not a fault: a default run should not warn); any other mode is refused, since
     what a per-group advantage factor does to it is not known.
 
     Args:
         group_weight, mode: the configured values.
-        exact, by_length: the framework's modes of each kind.
-        setting: the framework's name of the mode's key, e.g. ``actor_rollout_ref.actor.loss_agg_mode``.
-        key: how the framework spells ``coba.group_weight`` (OpenRLHF: ``--coba.group_weight``).
+        modes: the framework's modes of each kind, and its names of the two settings.
 
     Raises:
         ValueError: ``equal`` with a mode in neither list, naming both values.
     """
+    exact, by_length, setting, key = modes.exact, modes.by_length, modes.setting, modes.key
     if group_weight == "tokens" or mode in exact:
         return
     if mode in by_length:

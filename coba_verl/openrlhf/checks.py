@@ -18,7 +18,7 @@ from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
 from coba_verl.core.config import require_rollout_budget
-from coba_verl.core.group_weight import check_aggregation
+from coba_verl.core.group_weight import AggregationModes, check_aggregation
 
 __all__ = [
     "COBA_FLAG_PREFIX",
@@ -34,10 +34,15 @@ COBA_FLAG_PREFIX = "--coba."
 #: Default prompt-dataset column holding each prompt's stable id (``--coba.id_key``).
 DEFAULT_ID_KEY = "prompt_id"
 TESTED_VERSION = "0.11.2"
-#: ``--actor.loss_agg_mode`` values under which ``--coba.group_weight equal`` is exact (each
-#: sample's token mean weighs 1 / N) and under which a group weighs by its mean response length.
-GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
-GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("token-mean",)
+#: OpenRLHF 0.11.2's ``--actor.loss_agg_mode`` values by what ``--coba.group_weight equal`` does
+#: under them: exact under ``seq-mean-token-mean`` (each sample's token mean weighs 1 / N); under
+#: ``token-mean`` a group weighs by its mean response length.
+GROUP_WEIGHT_MODES = AggregationModes(
+    setting="--actor.loss_agg_mode",
+    exact=("seq-mean-token-mean",),
+    by_length=("token-mean",),
+    key="--coba.group_weight",
+)
 
 
 #: (module, class, method) -> the parameters coba-verl relies on, in order.
@@ -164,12 +169,9 @@ def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     OpenRLHF 0.11.2's parser accepts no other mode; one a later release adds is refused.
 
     Raises:
-        ValueError: ``equal`` with a mode in neither list, naming it.
+        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
     """
-    check_aggregation(
-        group_weight, loss_agg_mode, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
-        setting="--actor.loss_agg_mode", key="--coba.group_weight",
-    )  # fmt: skip
+    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
 
 
 def window_size(args: Any) -> int:

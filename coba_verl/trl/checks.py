@@ -15,7 +15,7 @@ from datasets import Dataset, IterableDataset
 
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
 from coba_verl.core.config import require_rollout_budget
-from coba_verl.core.group_weight import check_aggregation
+from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.priors import seed_from_table
 from coba_verl.core.prompt_ids import PromptIdMap
 
@@ -23,19 +23,22 @@ __all__ = [
     "DEFAULT_ID_COLUMN",
     "check_args",
     "check_generation",
-    "check_group_weight",
+    "check_group_weight_loss_type",
     "prompt_id_map",
     "seed_priors",
 ]
 
 
-#: TRL ``loss_type`` values (TRL 1.16) under which ``coba.group_weight=equal`` gives every prompt
-#: group exactly the same weight: each completion's token mean weighs alike (``grpo``, ``sapo``).
-GROUP_WEIGHT_EXACT: tuple[str, ...] = ("grpo", "sapo")
-#: Loss types that weigh each completion by its token count (``dapo``, the default, ``bnpo``,
-#: ``dr_grpo``, ``cispo``, ``luspo``): ``equal`` removes the factor B_g, but a group still weighs
-#: in proportion to its mean completion length. Accepted, said at INFO.
-GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = ("dapo", "bnpo", "dr_grpo", "cispo", "luspo")
+#: TRL 1.16's ``loss_type`` values by what ``coba.group_weight=equal`` does under them. Exact under
+#: ``grpo`` and ``sapo``: each completion's token mean weighs alike. The others (``dapo``, the
+#: default, ``bnpo``, ``dr_grpo``, ``cispo``, ``luspo``) weigh each completion by its token count:
+#: ``equal`` removes the factor B_g, but a group still weighs in proportion to its mean completion
+#: length. Accepted, said at INFO.
+GROUP_WEIGHT_MODES = AggregationModes(
+    setting="loss_type",
+    exact=("grpo", "sapo"),
+    by_length=("dapo", "bnpo", "dr_grpo", "cispo", "luspo"),
+)
 
 #: Default name of the training-set column holding each prompt's stable id.
 DEFAULT_ID_COLUMN = "prompt_id"
@@ -48,11 +51,11 @@ def check_args(args: Any, coba: CobaConfig) -> None:
         ValueError: vLLM server mode; a round of M = generation_batch_size / num_generations
             prompts whose M * num_generations completions no budgets in [min_rollouts,
             max_rollouts] can spend (`check_budget`); ``remove_unused_columns=True`` (it drops
-            the id column); ``coba.group_weight=equal`` with a ``loss_type`` `check_group_weight`
-            does not know.
+            the id column); ``coba.group_weight=equal`` with a ``loss_type``
+            `GROUP_WEIGHT_MODES` does not know.
     """
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
-    check_group_weight(coba.group_weight, str(args.loss_type))
+    check_group_weight_loss_type(coba.group_weight, str(args.loss_type))
     if args.use_vllm and args.vllm_mode == "server":
         raise ValueError(
             "use_vllm=True with vllm_mode='server' is not supported by CobaGRPOTrainer: TRL's server "
@@ -80,20 +83,17 @@ def check_args(args: Any, coba: CobaConfig) -> None:
         )
 
 
-def check_group_weight(group_weight: str, loss_type: str) -> None:
-    """`coba_verl.core.group_weight.check_aggregation` for TRL's ``loss_type``.
+def check_group_weight_loss_type(group_weight: str, loss_type: str) -> None:
+    """Whether ``coba.group_weight`` works with TRL's ``loss_type`` (`check_aggregation`).
 
-    Exact under `GROUP_WEIGHT_EXACT`, said at INFO under `GROUP_WEIGHT_BY_LENGTH` (TRL's default
-    ``dapo`` among them); any other loss type (e.g. ``vespo``, whose weights depend on the advantage
-    itself) is refused with ``equal``.
+    Exact or said at INFO under `GROUP_WEIGHT_MODES` (TRL's default ``dapo`` is said at INFO); any
+    other loss type (e.g. ``vespo``, whose weights depend on the advantage itself) is refused with
+    ``equal``.
 
     Raises:
-        ValueError: ``equal`` with a loss type in neither list, naming it.
+        ValueError: ``equal`` with a loss type `GROUP_WEIGHT_MODES` does not know, naming it.
     """
-    check_aggregation(
-        group_weight, loss_type, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
-        setting="loss_type",
-    )  # fmt: skip
+    check_aggregation(group_weight, loss_type, GROUP_WEIGHT_MODES)
 
 
 def check_generation(rollout_func: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.core.group_weight import check_aggregation
+from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
 
 #: Name under which `CobaTrainer` is registered in veRL's trainer registry. veRL's trainer base
@@ -28,18 +28,16 @@ from coba_verl.core.solvers import check_budget
 COBA_TRAINER_MODE = "coba_sync"
 
 
-#: ``actor.loss_agg_mode`` values under which ``coba.group_weight=equal`` gives every prompt group
-#: exactly the same weight: each rollout weighs 1 / R whatever its length, so a group's rollouts,
-#: each scaled by (R / G) / B_g, sum to 1 / G.
-GROUP_WEIGHT_EXACT: tuple[str, ...] = ("seq-mean-token-mean",)
-#: Modes that weigh each rollout by its token count (token-mean: L_r / T; the others L_r up to a
-#: constant): ``equal`` removes the factor B_g, but a group still weighs in proportion to its mean
-#: response length, as every group does under uniform GRPO. Accepted, said at INFO.
-GROUP_WEIGHT_BY_LENGTH: tuple[str, ...] = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
+#: veRL 0.9.1's ``actor.loss_agg_mode`` values by what ``coba.group_weight=equal`` does under them.
+#: Exact under ``seq-mean-token-mean``: each rollout weighs 1 / R whatever its length, so a group's
+#: rollouts, each scaled by (R / G) / B_g, sum to 1 / G. The others weigh each rollout by its token
+#: count (token-mean: L_r / T; the others L_r up to a constant): ``equal`` removes the factor B_g,
+#: but a group still weighs in proportion to its mean response length, as every group does under
+#: uniform GRPO. Accepted, said at INFO.
+GROUP_WEIGHT_MODES = AggregationModes(
+    setting="actor_rollout_ref.actor.loss_agg_mode",
+    exact=("seq-mean-token-mean",),
+    by_length=("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
 )
 
 #: Advantage estimators whose groups are the prompt uid, so that per-prompt group sizes are
@@ -72,7 +70,7 @@ def check_config(config: DictConfig) -> CobaConfig:
     Raises:
         ValueError: an asynchronous V1 trainer mode; ``trainer.v1.sync.parameter_sync_step > 1``;
             a non-GRPO advantage estimator; ``coba.group_weight=equal`` with a ``loss_agg_mode``
-            outside `GROUP_WEIGHT_EXACT` and `GROUP_WEIGHT_BY_LENGTH`; a budget train_batch_size *
+            `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size *
             rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
@@ -130,17 +128,14 @@ def _refusals(config: DictConfig) -> CobaConfig:
 def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     """`coba_verl.core.group_weight.check_aggregation` for veRL's ``actor.loss_agg_mode``.
 
-    Exact under `GROUP_WEIGHT_EXACT`, said at INFO under `GROUP_WEIGHT_BY_LENGTH` (veRL's default
-    ``token-mean`` among them); veRL 0.9.1 has no other mode (``core_algos.agg_loss`` refuses any
-    other name itself), so the refusal only meets a later veRL's new mode.
+    Exact or said at INFO under `GROUP_WEIGHT_MODES` (veRL's default ``token-mean`` is said at
+    INFO); veRL 0.9.1 has no other mode (``core_algos.agg_loss`` refuses any other name itself), so
+    the refusal only meets a later veRL's new mode.
 
     Raises:
-        ValueError: ``equal`` with a mode in neither list, naming it.
+        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
     """
-    check_aggregation(
-        group_weight, loss_agg_mode, exact=GROUP_WEIGHT_EXACT, by_length=GROUP_WEIGHT_BY_LENGTH,
-        setting="actor_rollout_ref.actor.loss_agg_mode",
-    )  # fmt: skip
+    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
 
 
 def user_batch(config: DictConfig) -> tuple[int, int]:
