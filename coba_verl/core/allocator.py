@@ -28,7 +28,7 @@ import numpy as np
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release
-from coba_verl.core.solvers import check_budget, solve
+from coba_verl.core.solvers import check_budget, solve_feasible
 from coba_verl.core.spread import uniform_split
 from coba_verl.core.token_budget import fill_lengths, solve_tokens
 from coba_verl.core.tracker import CapabilityTracker, _as_int_array, scores_to_successes
@@ -117,9 +117,12 @@ def allocate_from_rates(
 ) -> Allocation:
     """Dispatch on ``config.strategy`` given pass rates (M,) with NaN for unseen prompts.
 
+    The budget is checked once per allocation, by the caller (`check_budget` with its own names:
+    `BudgetAllocator.allocate`, `coba_verl.allocate`), not here.
+
     Args:
         p_hat: (M,) windowed pass rates, NaN = no history.
-        total: rollouts to hand out.
+        total: rollouts to hand out, feasible for M prompts within the config's bounds.
         config: strategy, bounds, value knobs.
         shape: (alpha, beta) of the tracker for coba/coba_release/reverse; ignored by static
             (which uses ``config.static_alpha/beta``), uniform and knapsack.
@@ -132,7 +135,6 @@ def allocate_from_rates(
     p_hat = np.asarray(p_hat, dtype=np.float64)
     m = p_hat.size
     low, up = cfg.min_rollouts, cfg.max_rollouts
-    check_budget(m, total, low, up)
     seen = ~np.isnan(p_hat)
     result = Allocation(
         budgets=uniform_split(m, total),
@@ -164,7 +166,7 @@ def allocate_from_rates(
             result.budgets = solve_tokens(value.gains(p), filled, capacity, low, up)
             result.extra["token_budget"] = capacity
         else:
-            result.budgets = solve(value.gains(p), total, low, up, solver=cfg.solver)
+            result.budgets = solve_feasible(value.gains(p), total, low, up, solver=cfg.solver)
         result.strategy = cfg.strategy
         result.alpha, result.beta, result.tau = alpha, beta, value.last_tau
     if "token_budget" not in result.extra and int(result.budgets.sum()) != int(total):
@@ -223,13 +225,13 @@ class BudgetAllocator:
         start = time.perf_counter()
         ids_a = _as_int_array("ids", ids)
         strategy = self.config.strategy
+        p_hat = self.tracker.pass_rates(ids_a)
+        shape = self.tracker.shape(reverse=strategy == "reverse")
+        last = self.tracker.last_pass_rates(ids_a) if strategy == "knapsack" else None
+        lengths = self.tracker.mean_lengths(ids_a)
+        check_budget(p_hat.size, total, self.config.min_rollouts, self.config.max_rollouts)
         result = allocate_from_rates(
-            self.tracker.pass_rates(ids_a),
-            total,
-            self.config,
-            shape=self.tracker.shape(reverse=strategy == "reverse"),
-            last_pass_rates=self.tracker.last_pass_rates(ids_a) if strategy == "knapsack" else None,
-            lengths=self.tracker.mean_lengths(ids_a),
+            p_hat, total, self.config, shape=shape, last_pass_rates=last, lengths=lengths
         )
         result.elapsed_s = time.perf_counter() - start
         return result

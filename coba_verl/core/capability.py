@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from coba_verl.core.config import check_kappa
+
 #: Var of Uniform(0, 1) rounded as the release does; the adaptive tau saturates there (spec §4).
 TAU_VARIANCE_SCALE = 0.1667
 TAU_MIN = 3.0
@@ -38,10 +40,9 @@ def beta_shape(f_tilde: float, kappa: float) -> tuple[float, float]:
     exploit easy prompts while the model fails a lot, explore hard ones as it improves.
     kappa = 11, F_tilde = 0.696 -> (7.264, 3.736).
     """
-    if not kappa > 2:
-        raise ValueError(f"kappa={kappa} must be > 2.")
+    kappa = check_kappa(kappa)
     alpha = float(np.clip(1.0 + (kappa - 2.0) * float(f_tilde), 1.0, kappa - 1.0))
-    return alpha, float(kappa) - alpha
+    return alpha, kappa - alpha
 
 
 def initial_beta_shape(kappa: float) -> tuple[float, float]:

@@ -14,6 +14,8 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
+
 from coba_verl.core.group_weight import check_group_weight
 
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
@@ -86,6 +88,32 @@ def check_real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}={_shown(value)} must be a number.")
     return float(value)
+
+
+def check_kappa(kappa: Any, name: str = "kappa") -> float:
+    """``kappa`` = alpha_t + beta_t as a float > 2, so that alpha, beta >= 1 fit in it (spec §3).
+
+    >>> check_kappa(2)
+    Traceback (most recent call last):
+    ...
+    ValueError: kappa=2.0 must be > 2 so that alpha, beta >= 1 fit in it.
+    """
+    value = check_real(name, kappa)
+    if not value > 2:
+        raise ValueError(f"{name}={value} must be > 2 so that alpha, beta >= 1 fit in it.")
+    return value
+
+
+def invalid_pass_rates(p: np.ndarray, *, unseen: bool = False) -> np.ndarray:
+    """Which entries of the float array ``p`` are no pass rate: not a number in [0, 1].
+
+    NaN, inf, -0.1 and 1.5 are invalid; with ``unseen``, NaN is valid (a prompt without history).
+    ``invalid_pass_rates(np.array([0.5, np.nan, 1.5]))`` -> ``[False, True, True]``.
+    """
+    bad = ~((p >= 0.0) & (p <= 1.0))  # NaN compares False, so it is invalid unless allowed below
+    if unseen:
+        bad &= ~np.isnan(p)
+    return bad
 
 
 def check_shape(alpha: Any, beta: Any, names: tuple[str, str] = ("alpha", "beta")) -> tuple[float, float]:
@@ -231,9 +259,7 @@ class CobaConfig:
         self.max_rollouts = check_int(up, self.max_rollouts)
         if self.max_rollouts < self.min_rollouts:
             raise ValueError(f"{up}={self.max_rollouts} must be an integer >= {low}={self.min_rollouts}.")
-        self.kappa = check_real(name("kappa"), self.kappa)
-        if not self.kappa > 2:
-            raise ValueError(f"{name('kappa')}={self.kappa} must be > 2 so that alpha, beta >= 1 fit in it.")
+        self.kappa = check_kappa(self.kappa, name("kappa"))
         self.window = check_int(name("window"), self.window)
         if self.window < 1:
             raise ValueError(f"{name('window')}={self.window} must be an integer >= 1.")

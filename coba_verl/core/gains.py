@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coba_verl.core.config import invalid_pass_rates
+
 
 class GainModel(ABC):
     """M separable concave value curves."""
@@ -172,7 +174,7 @@ class KnapsackGains(GainModel):
 
     def __init__(self, p: np.ndarray) -> None:
         self.p = np.asarray(p, dtype=np.float64)
-        if self.p.ndim != 1 or np.any(~np.isfinite(self.p)) or np.any((self.p < 0) | (self.p > 1)):
+        if self.p.ndim != 1 or invalid_pass_rates(self.p).any():
             raise ValueError("KnapsackGains needs pass rates in [0, 1].")
         self.size = self.p.size
         self._w = self.p * (1.0 - self.p) ** 2  # (M,) the value's weight p (1 - p)^2

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from coba_verl.core.config import invalid_pass_rates
 from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
 
@@ -116,16 +117,20 @@ def _checked(
 def _from_rates(
     index: list[Any], rates: list[Any], weight: int, source: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    for i, p in zip(index, rates, strict=True):
-        if (
-            isinstance(p, bool)
-            or not isinstance(p, int | float | np.integer | np.floating)
-            or not 0 <= p <= 1
-        ):
+    values = np.array([_as_number(p) for p in rates], dtype=np.float64)
+    for i, p, bad in zip(index, rates, invalid_pass_rates(values), strict=True):
+        if bad:
             raise ValueError(
                 f"{source}: the prior pass rate of index {i!r} is {p!r}; a pass rate lies in [0, 1]."
             )
-    return pass_rate_records(np.asarray(rates, dtype=np.float64), weight)
+    return pass_rate_records(values, weight)
+
+
+def _as_number(value: Any) -> float:
+    """``value`` as a float, or NaN when it is no number (a bool, a str, None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return float("nan")
+    return float(value)
 
 
 def records_from_rows(

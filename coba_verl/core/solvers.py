@@ -95,8 +95,13 @@ def solve_heap(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
     Notes:
         Exact because the gains of each prompt do not increase (concave V_i). O(M + S log M).
     """
+    check_budget(gains.size, total, low, up)
+    return _heap(gains, total, low, up)
+
+
+def _heap(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
+    """`solve_heap` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
-    check_budget(m, total, low, up)
     budget = [int(low)] * m
     surplus = int(total) - m * int(low)
     if surplus and up > low:
@@ -123,8 +128,13 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
         the cost does not grow with the surplus S. Same objective as `solve_heap`; same budgets
         unless two gains tie to within rounding (module docstring).
     """
+    check_budget(gains.size, total, low, up)
+    return _threshold(gains, total, low, up, max_iter=max_iter)
+
+
+def _threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter: int = 200) -> np.ndarray:
+    """`solve_threshold` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
-    check_budget(m, total, low, up)
     width = up - low
     surplus = int(total) - m * int(low)
     base = np.full(m, int(low), dtype=np.int64)
@@ -212,8 +222,13 @@ def solve_dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
     back-pointer table to recover the argmax. Needs no concavity; O(M * S * W) time and
     O(M * S) memory, so it is the reference, not a production solver.
     """
+    check_budget(gains.size, total, low, up)
+    return _dp(gains, total, low, up)
+
+
+def _dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
+    """`solve_dp` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
-    check_budget(m, total, low, up)
     width = up - low
     surplus = int(total) - m * int(low)
     levels = np.arange(width + 1)
@@ -244,12 +259,24 @@ def solve_dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
 
 #: The solver behind each name of `config.SOLVERS` (the one list of names, which `CobaConfig` checks).
 SOLVERS = dict(zip(SOLVER_NAMES, (solve_threshold, solve_heap, solve_dp), strict=True))
+#: The same solvers without the budget check, for `solve_feasible`.
+_UNCHECKED = dict(zip(SOLVER_NAMES, (_threshold, _heap, _dp), strict=True))
 
 
 def solve(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
-    """Dispatch to a solver by name: ``fast`` (threshold), ``heap`` or ``dp``."""
-    try:
-        fn = SOLVERS[solver]
-    except KeyError:
-        raise ValueError(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.") from None
-    return fn(gains, total, low, up)
+    """Dispatch to a solver by name: ``fast`` (threshold), ``heap`` or ``dp``; checks the budget."""
+    check_solver(solver)
+    check_budget(gains.size, total, low, up)
+    return _UNCHECKED[solver](gains, total, low, up)
+
+
+def solve_feasible(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
+    """`solve` on a budget its caller has checked (`check_budget`, once per allocation)."""
+    check_solver(solver)
+    return _UNCHECKED[solver](gains, total, low, up)
+
+
+def check_solver(solver: str) -> None:
+    """Refuse a solver name that is not one of `SOLVERS`."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.")

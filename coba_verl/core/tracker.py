@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.capability import capability_shape, psi
-from coba_verl.core.config import CobaConfig
+from coba_verl.core.config import CobaConfig, check_kappa, invalid_pass_rates
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def pass_rate_records(pass_rates: Any, weight: int) -> tuple[np.ndarray, np.ndar
     p = np.asarray(pass_rates, dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"pass_rates must be one-dimensional, got shape {p.shape}.")
-    bad = ~(np.isfinite(p) & (p >= 0.0) & (p <= 1.0))
+    bad = invalid_pass_rates(p)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
         raise ValueError(f"pass rate at position {j} is {p[j]}: a pass rate lies in [0, 1].")
@@ -99,11 +99,9 @@ class CapabilityTracker:
             raise ValueError(f"num_prompts={num_prompts} must be a positive integer.")
         if int(window) != window or window < 1:
             raise ValueError(f"window={window} must be an integer >= 1.")
-        if not kappa > 2:
-            raise ValueError(f"kappa={kappa} must be > 2.")
         self.num_prompts = int(num_prompts)
         self.window = int(window)
-        self.kappa = float(kappa)
+        self.kappa = check_kappa(kappa)
         n, k = self.num_prompts, self.window
         self._succ = np.zeros((n, k), dtype=np.int32)  # (N, k) successes per appearance
         self._roll = np.zeros((n, k), dtype=np.int32)  # (N, k) rollouts per appearance, 0 = empty slot

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.capability import adaptive_tau
-from coba_verl.core.config import CobaConfig, check_shape
+from coba_verl.core.config import CobaConfig, check_shape, invalid_pass_rates
 from coba_verl.core.gains import GeometricGains, KnapsackGains
 
 
@@ -48,9 +48,7 @@ def check_pass_rates(p: Any, name: str = "p", *, unseen: bool = False) -> np.nda
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {p.shape}.")
-    bad = ~((p >= 0.0) & (p <= 1.0))  # NaN compares False, so it is bad unless allowed below
-    if unseen:
-        bad &= ~np.isnan(p)
+    bad = invalid_pass_rates(p, unseen=unseen)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
         raise ValueError(f"pass rate {p[j]} is outside [0, 1] ({name}[{j}]).")
