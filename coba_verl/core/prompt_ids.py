@@ -1,28 +1,28 @@
-"""Stable prompt ids: a dataset's ``extra_info.index`` mapped onto the tracker's id space [0, N).
+"""Stable prompt ids: each training row's index value mapped onto the tracker's id space [0, N).
 
-The tracker is keyed by ``extra_info.index`` (spec §2), not by the dataloader's row position:
-the two differ as soon as ``data.filter_overlong_prompts`` or ``train_max_samples`` drops rows.
-`INDEX_RULE` says what the values must be; this module is its one home: `PromptIdMap` (the
-trainers), `coba_verl.data.check_files` (``python -m coba_verl.data check`` and the pre-flight of
-``python -m coba_verl.main``) all apply it through `IndexRegistry`. Strings are allowed because
-some public parquet files use UUIDs. The values are ranked into dense ids, so N is the number of
-distinct prompts, not the largest index.
+The tracker is keyed by a stable index value per prompt (spec §2; ``extra_info.index`` in
+coba-verl's parquet files, an id column elsewhere), not by the dataloader's row position: the
+two differ as soon as a filter drops rows. `INDEX_RULE` says what the values must be; this
+module is its one home: `PromptIdMap` (the trainers), `coba_verl.data.check_files` (``python -m
+coba_verl.data check`` and the pre-flight of ``python -m coba_verl.main``) all apply it through
+`IndexRegistry`. Strings are allowed because some public parquet files use UUIDs. The values
+are ranked into dense ids, so N is the number of distinct prompts, not the largest index.
 
-    extra_info.index per row  [17, 3, 42, 8]   (row 2 of the file was filtered out)
+    index value per row       [17, 3, 42, 8]   (row 2 of the file was filtered out)
     sorted distinct values    [3, 8, 17, 42]
     tracker id per row        [2, 0, 3, 1]
+
+How a trainer reads the values from its dataset is its glue's (e.g.
+`coba_verl.verl_plugin.dataloader.dataset_index_values`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-
-logger = logging.getLogger(__name__)
 
 #: What ``extra_info.index`` must be, in the words of every message and document that states it.
 INDEX_RULE = (
@@ -31,24 +31,9 @@ INDEX_RULE = (
 )
 
 
-def dataset_index_values(dataset: Any) -> list[Any]:
-    """``extra_info.index`` of every row, read the way veRL's RLHFDataset reads it (missing -> 0).
-
-    Uses the dataset's HuggingFace ``dataframe`` column when there is one (RLHFDataset and its
-    subclasses); otherwise reads ``dataset[i]["index"]`` row by row.
-    """
-    frame = getattr(dataset, "dataframe", None)
-    if frame is not None and hasattr(frame, "column_names"):
-        if "extra_info" not in frame.column_names:
-            return [0] * len(frame)
-        return [(info or {}).get("index", 0) for info in frame["extra_info"]]
-    logger.info("dataset %s has no dataframe: reading extra_info.index row by row", type(dataset).__name__)
-    return [dataset[i]["index"] for i in range(len(dataset))]
-
-
-#: What the repeated-index message says after the two rows under the default wording (veRL).
-_INDEX_REPEATED_HINT = (
-    f"(a missing index reads as 0). CoBA-RL keys each prompt's pass rate by it, so it needs {INDEX_RULE} "
+#: What the repeated-index message says after the two rows, unless the caller words it its own way.
+INDEX_REPEATED_HINT = (
+    f"CoBA-RL keys each prompt's pass rate by it, so it needs {INDEX_RULE} "
     "(e.g. each row's number in the source file)."
 )
 
@@ -99,10 +84,10 @@ class IndexRegistry:
 
 
 class PromptIdMap:
-    """Bijection between the distinct ``extra_info.index`` values of a training set and [0, N).
+    """Bijection between the distinct index values of a training set and [0, N).
 
     Args:
-        index_values: ``extra_info.index`` of every row of the (filtered) training set.
+        index_values: the index value of every row of the (filtered) training set.
         name: How the messages call an id, e.g. a column name (TRL's ``prompt_id``).
         repeated_hint: What the repeated-id message says after "rows a and b both have index v":
             why that is refused and how to fix it.
@@ -118,7 +103,7 @@ class PromptIdMap:
         index_values: Sequence[Any],
         *,
         name: str = "extra_info.index",
-        repeated_hint: str = _INDEX_REPEATED_HINT,
+        repeated_hint: str = INDEX_REPEATED_HINT,
     ) -> None:
         self._name = name
         if not len(index_values):
@@ -134,11 +119,6 @@ class PromptIdMap:
                 ) from None
         self._values = sorted(registry.first)  # (N,) distinct index values, ascending
         self._id_of = {value: i for i, value in enumerate(self._values)}
-
-    @classmethod
-    def from_dataset(cls, dataset: Any) -> PromptIdMap:
-        """The map of a (filtered) training dataset, read with `dataset_index_values`."""
-        return cls(dataset_index_values(dataset))
 
     @property
     def num_prompts(self) -> int:

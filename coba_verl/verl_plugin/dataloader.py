@@ -37,7 +37,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.priors import PriorRecords, apply_priors, column_rows, configured_priors
-from coba_verl.core.prompt_ids import PromptIdMap, dataset_index_values
+from coba_verl.core.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
 from coba_verl.preflight import CobaRefusal, local_model_path
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,30 @@ MODEL_FILES: tuple[str, ...] = (
 #: middle (reading whole checkpoints would take minutes on a 70B model).
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
 WEIGHT_SAMPLE = 1 << 16
+
+
+#: The repeated-index message's hint for veRL's training set, where a row without an index reads as 0.
+REPEATED_INDEX_HINT = f"(a missing index reads as 0). {INDEX_REPEATED_HINT}"
+
+
+def dataset_index_values(dataset: Any) -> list[Any]:
+    """``extra_info.index`` of every row, read the way veRL's RLHFDataset reads it (missing -> 0).
+
+    Uses the dataset's HuggingFace ``dataframe`` column when there is one (RLHFDataset and its
+    subclasses); otherwise reads ``dataset[i]["index"]`` row by row.
+    """
+    frame = getattr(dataset, "dataframe", None)
+    if frame is not None and hasattr(frame, "column_names"):
+        if "extra_info" not in frame.column_names:
+            return [0] * len(frame)
+        return [(info or {}).get("index", 0) for info in frame["extra_info"]]
+    logger.info("dataset %s has no dataframe: reading extra_info.index row by row", type(dataset).__name__)
+    return [dataset[i]["index"] for i in range(len(dataset))]
+
+
+def prompt_id_map(dataset: Any) -> PromptIdMap:
+    """The `PromptIdMap` of a (filtered) veRL training dataset, read with `dataset_index_values`."""
+    return PromptIdMap(dataset_index_values(dataset), repeated_hint=REPEATED_INDEX_HINT)
 
 
 def prompt_content_fingerprint(dataset: Any, prompt_ids: PromptIdMap) -> str | None:
@@ -223,7 +247,7 @@ class CobaDataLoader(StatefulDataLoader):
 
         ``model_path`` (``actor_rollout_ref.model.path``) lets a resume check the model too.
         """
-        prompt_ids = PromptIdMap.from_dataset(loader.dataset)
+        prompt_ids = prompt_id_map(loader.dataset)
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
         priors = load_priors(loader.dataset, config)
         if priors is not None:  # a resume's load_state_dict then replaces the tracker, priors included

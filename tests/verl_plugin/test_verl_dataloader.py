@@ -15,7 +15,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from coba_verl.core.prompt_ids import PromptIdMap
-from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
+from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
 pytestmark = pytest.mark.usefixtures("reuse_datasets")
@@ -97,7 +97,7 @@ def test_rows_are_keyed_by_extra_info_index_not_row_position(small_config, tiny_
 )
 def test_ambiguous_extra_info_index_is_refused(values, message):
     with pytest.raises(ValueError, match=message):
-        PromptIdMap(values)
+        prompt_id_map([{"index": value} for value in values])  # rows read one by one
 
 
 def test_string_and_numpy_index_values_map_to_dense_ids():
