@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.core.knapsack import allocate_knapsack
-from coba_verl.core.release import allocate_release
+from coba_verl.core.knapsack import allocate_knapsack_feasible
+from coba_verl.core.release import allocate_release_feasible
 from coba_verl.core.solvers import check_budget, solve_feasible
 from coba_verl.core.spread import uniform_split
 from coba_verl.core.token_budget import fill_lengths, solve_tokens
@@ -150,7 +150,7 @@ def allocate_from_rates(
         pass
     elif cfg.strategy == "knapsack":
         last = p_hat if last_pass_rates is None else np.asarray(last_pass_rates, dtype=np.float64)
-        result.budgets = allocate_knapsack(last, total, low, up, solver=cfg.solver)
+        result.budgets = allocate_knapsack_feasible(last, total, low, up, solver=cfg.solver)
         result.strategy = "knapsack"
     elif not seen.any():
         result.extra["cold_start"] = 1.0  # no history in the batch: plain GRPO (spec §2)
@@ -159,7 +159,7 @@ def allocate_from_rates(
         p = np.where(seen, p_hat, cfg.unseen_pass_rate)
         value = CobaValue(alpha, beta, tau=cfg.tau, p_low=cfg.p_clip_low, p_high=cfg.p_clip_high)
         if cfg.strategy == "coba_release":
-            result.budgets, info = allocate_release(p, total, low, up, value, solver=cfg.solver)
+            result.budgets, info = allocate_release_feasible(p, total, low, up, value, solver=cfg.solver)
             result.extra.update(info)
         elif filled is not None:
             capacity = total / m * float(filled.sum())  # what n each would spend
