@@ -41,6 +41,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
+from coba_verl.cli import refuse
+
 __all__ = [
     "CobaRefusal",
     "check_accelerator",
@@ -103,8 +105,6 @@ def exit_on_refusal() -> Iterator[None]:
     (`carried_refusal`), prints as one line, ``coba-verl: <message>``, on stderr; every other
     error keeps its traceback.
     """
-    from coba_verl.cli import refuse
-
     try:
         yield
     except Exception as error:
