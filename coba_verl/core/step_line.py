@@ -11,7 +11,7 @@ is about fits in one short one::
 mean response lengths: the tokens these budgets cost against what uniform GRPO would spend on the
 same prompts (shown once some length is known).
 
-``held-out`` appears on steps where the trainer validated: the first ``val-core/.../mean@k``
+``held-out`` appears on steps where the trainer validated: the first ``<prefix>.../mean@k``
 metric of veRL's validation.
 """
 
@@ -24,7 +24,7 @@ from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
 __all__ = ["held_out_score", "step_line"]
 
 
-def held_out_score(metrics: Mapping[str, float], prefix: str = "val-core/") -> tuple[str, float] | None:
+def held_out_score(metrics: Mapping[str, float], prefix: str) -> tuple[str, float] | None:
     """``(name, value)`` of the first ``<prefix>.../mean@k`` metric (sorted by name), or None."""
     names = sorted(k for k in metrics if k.startswith(prefix) and "/mean@" in k)
     return (names[0], float(metrics[names[0]])) if names else None
@@ -35,10 +35,11 @@ def _k(count: float) -> str:
     return f"{count / 1000:.1f}k" if count >= 1000 else f"{count:.0f}"
 
 
-def step_line(step: int, metrics: Mapping[str, float]) -> str:
+def step_line(step: int, metrics: Mapping[str, float], held_out_prefix: str | None = None) -> str:
     """The line for ``step``: budget range, mean and spread, the Beta shape used, the per-prompt
     mean score, what the step generated and trained (and its allocation's token cost against
-    uniform's) and, where the step validated, the held-out score. Missing metrics are left out."""
+    uniform's) and, where the step validated, the held-out score (the first
+    ``<held_out_prefix>.../mean@k`` metric; none without a prefix). Missing metrics are left out."""
     parts = []
     if PREFIX + "budget_min" in metrics:
         parts.append(
@@ -60,7 +61,7 @@ def step_line(step: int, metrics: Mapping[str, float]) -> str:
                 f"{_k(metrics[PREFIX + 'tokens_trained'])} tokens trained"
             )
         parts.append(cost)
-    held_out = held_out_score(metrics)
+    held_out = held_out_score(metrics, held_out_prefix) if held_out_prefix is not None else None
     if held_out is not None:
         parts.append(f"held-out {held_out[1]:.3f} ({held_out[0]})")
     return f"coba-verl step {step}: " + (", ".join(parts) if parts else "no coba metrics")

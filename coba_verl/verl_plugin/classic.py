@@ -48,7 +48,7 @@ from coba_verl.core import BudgetAllocator
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
-from coba_verl.verl_plugin.config_bridge import check_config, user_batch
+from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX, check_config, user_batch
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
             val_metrics = super()._validate(*args, **kwargs)
         finally:
             self._validating = False
-        held_out = held_out_score(val_metrics)
+        held_out = held_out_score(val_metrics, HELD_OUT_PREFIX)
         if held_out is not None:
             logger.info("coba-verl step %d: held-out %.3f (%s)", self.global_steps, held_out[1], held_out[0])
         return val_metrics
@@ -220,7 +220,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         output = super()._update_actor(batch)
         metrics[PREFIX + "plugin_time_s"] = plugin_s
         output.meta_info.setdefault("metrics", {}).update(metrics)
-        logger.info(step_line(self.global_steps, metrics))
+        logger.info(step_line(self.global_steps, metrics, HELD_OUT_PREFIX))
         return output
 
     def _load_checkpoint(self) -> Any:

@@ -22,6 +22,9 @@ from coba_verl.core.config import CobaConfig
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
 
+#: Where veRL's validation puts the held-out metrics the step line shows (``val-core/<source>/.../mean@k``).
+HELD_OUT_PREFIX = "val-core/"
+
 #: Name under which `CobaTrainer` is registered in veRL's trainer registry. veRL's trainer base
 #: treats every mode other than ``sync`` as asynchronous, so `CobaTrainer` resets the config to
 #: ``sync`` before veRL reads it; this name only selects the class in ``TaskRunnerV1``.

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
 from coba_verl.core.step_line import held_out_score
+from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX
 
 __all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines"]
 
@@ -133,7 +134,7 @@ def summary_lines(
                 f"budgets, {sum(u for _, u in expected) / len(expected):.3f} with {steps[0].budget_mean:.0f} "
                 "rollouts each"
             )
-    held_out = [(step, held_out_score(m)) for step, m in sorted(metrics.items())]
+    held_out = [(step, held_out_score(m, HELD_OUT_PREFIX)) for step, m in sorted(metrics.items())]
     held_out = [(step, found) for step, found in held_out if found is not None]
     if held_out:
         name = held_out[0][1][0]

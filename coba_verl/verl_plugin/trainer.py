@@ -67,7 +67,7 @@ from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, HELD_OUT_PREFIX, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import CountingLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
@@ -342,7 +342,7 @@ class CobaTrainer(PPOTrainerSync):
     ) -> None:
         """veRL's step metrics (validation's included, when this step validated), then the step's line."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        logger.info(step_line(global_steps, metrics))
+        logger.info(step_line(global_steps, metrics, HELD_OUT_PREFIX))
 
     # ------------------------------------------------------------------ helpers
     def _allocate_window(self, window: TensorDict) -> TensorDict:

@@ -13,7 +13,7 @@ METRICS = {
 
 
 def test_line_holds_step_budget_range_beta_shape_scores_and_held_out():
-    assert step_line(12, METRICS) == (
+    assert step_line(12, METRICS, "val-core/") == (
         "coba-verl step 12: B 2-9 (mean 4.0, std 2.1), alpha 3.21 beta 7.79, prompt mean score 0.312, "
         "held-out 0.418 (val-core/coba_arithmetic/acc/mean@4)"
     )
@@ -21,8 +21,9 @@ def test_line_holds_step_budget_range_beta_shape_scores_and_held_out():
 
 def test_a_step_without_validation_leaves_held_out_out():
     metrics = {k: v for k, v in METRICS.items() if not k.startswith("val-")}
-    assert held_out_score(metrics) is None
-    assert "held-out" not in step_line(3, metrics)
+    assert held_out_score(metrics, "val-core/") is None
+    assert "held-out" not in step_line(3, metrics, "val-core/")
+    assert "held-out" not in step_line(12, METRICS)  # no prefix: the core knows no framework's names
 
 
 def test_a_step_without_coba_metrics_says_so():
@@ -34,7 +35,7 @@ def test_line_says_what_the_step_generated_and_trained_against_uniforms_tokens()
         "coba/tokens_generated": 5400.0, "coba/trained_rollouts": 64.0, "coba/tokens_trained": 2100.0,
         "coba/expected_tokens": 1080.0, "coba/expected_tokens_uniform": 1000.0,
     }  # fmt: skip
-    line = step_line(12, {**METRICS, **cost})
+    line = step_line(12, {**METRICS, **cost}, "val-core/")
     assert "tokens 5.4k generated (1.08x uniform's), 64 rollouts / 2.1k tokens trained, held-out" in line
     no_lengths = {k: v for k, v in cost.items() if "expected" not in k}
     assert "tokens 5.4k generated, 64 rollouts" in step_line(12, no_lengths)

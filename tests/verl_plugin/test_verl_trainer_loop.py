@@ -220,10 +220,11 @@ def loop_config(small_config, ckpt_dir, *overrides):
 
 
 class RecordWarnings(logging.Handler):
-    """Collects the WARNING records of the trainer module's logger while a run is in progress."""
+    """Collects the records (WARNING and above unless told) of the trainer module's logger while a run
+    is in progress."""
 
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
+    def __init__(self, level: int = logging.WARNING) -> None:
+        super().__init__(level=level)
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -253,8 +254,12 @@ def fit(config, tokenizer, tq, log_path, monkeypatch, cls=CobaTrainer, manager_c
 def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
     warnings = RecordWarnings()
+    lines = RecordWarnings(logging.INFO)
     trainer_logger = logging.getLogger(CobaTrainer.__module__)
+    level = trainer_logger.level
+    trainer_logger.setLevel(logging.INFO)
     trainer_logger.addHandler(warnings)
+    trainer_logger.addHandler(lines)
     try:
         with pytest.MonkeyPatch.context() as monkeypatch:
             trainer, manager = fit(
@@ -268,10 +273,21 @@ def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory
             )
     finally:
         trainer_logger.removeHandler(warnings)
+        trainer_logger.removeHandler(lines)
+        trainer_logger.setLevel(level)
     logged = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    step_lines = [m for m in lines.messages if m.startswith("coba-verl step")]
     return SimpleNamespace(
-        trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt", warnings=warnings.messages
-    )
+        trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt", warnings=warnings.messages,
+        step_lines=step_lines,
+    )  # fmt: skip
+
+
+def test_step_line_shows_the_held_out_score_on_the_steps_that_validated(uninterrupted):
+    assert len(uninterrupted.step_lines) == STEPS
+    for step, line in enumerate(uninterrupted.step_lines, start=1):
+        assert line.startswith(f"coba-verl step {step}: ")
+        assert ("held-out" in line) == (step % 3 == 0), line  # trainer.test_freq=3
 
 
 def test_coba_sync_mode_runs_verl_synchronous_machinery(uninterrupted):
