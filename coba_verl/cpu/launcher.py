@@ -70,6 +70,18 @@ def cpu_environment() -> dict[str, str]:
 
 
 #: Ray settings (read by the raylet from the driver's environment) for a CPU run: no idle Python
+#: Logical CPUs veRL's resource pool reserves per trainer slot: each GPU bundle asks for
+#: ``max_colocate_count`` = 3 CPUs (``verl/single_controller/ray/base.py:146, 192``).
+CPUS_PER_SLOT = 3
+
+
+def logical_cpus(ray_num_cpus: int, slots: int) -> int:
+    """Ray's logical CPUs for ``slots`` trainer slots: ``coba_cpu.ray_num_cpus`` sized for one slot,
+    plus `CPUS_PER_SLOT` for each further one. Without them, 8 slots ask for 24 CPUs of a 16-CPU
+    Ray and veRL waits for the placement group forever."""
+    return ray_num_cpus + CPUS_PER_SLOT * max(slots - 1, 0)
+
+
 #: workers prestarted for the first driver (Ray starts one per logical CPU, i.e. ray_num_cpus of
 #: them, about 0.3 GiB each, though veRL's actors never use them).
 RAY_CPU_ENVIRONMENT = {"RAY_prestart_worker_first_driver": "0"}
@@ -113,7 +125,9 @@ def prepare_cpu_run(config: DictConfig) -> None:
     slots = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
     with open_dict(config):
         ray_init = config.ray_kwargs.ray_init
-        ray_init.num_cpus = max(int(ray_init.num_cpus or 0), int(config.coba_cpu.ray_num_cpus))
+        ray_init.num_cpus = max(
+            int(ray_init.num_cpus or 0), logical_cpus(int(config.coba_cpu.ray_num_cpus), slots)
+        )
         ray_init.num_gpus = slots
         env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}
         ray_init.runtime_env.env_vars = {**env_vars, **env}

@@ -49,10 +49,11 @@ def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch)
     monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
     for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES"):
         monkeypatch.setenv(key, "")  # restored after the test: prepare_cpu_run sets both
-    config = tiny_config("trainer.n_gpus_per_node=2")
+    config = tiny_config("trainer.n_gpus_per_node=8")
     launcher.prepare_cpu_run(config)
     ray_init = config.ray_kwargs.ray_init
-    assert ray_init.num_gpus == 2 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus
+    # veRL's resource pool asks 3 CPUs per slot (8 x 3 = 24): the logical CPUs grow with the slots
+    assert ray_init.num_gpus == 8 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus + 3 * 7
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert launcher.REGISTRATION_MODULE in os.environ["VERL_USE_EXTERNAL_MODULES"].split(",")
 
