@@ -14,7 +14,7 @@ with a reward spread and trains them whole: with budgets B_i that is sum_i B_i r
 surviving groups, not M x n. With ``rollouts_per_prompt`` set, `sample` counts rollouts instead:
 it waits (refilling as veRL does, plus a refill for the rollouts still missing when nothing is in
 flight) until the ready groups hold M x n sessions, then trains the groups `select_to_budget`
-picks, one of them possibly cut; the sessions cut away go to ``on_trim`` before they are cleared.
+picks, one or two of them cut; the sessions cut away go to ``on_trim`` before they are cleared.
 Validation, and runs without DAPO or failed-group refill, use veRL's `sample` unchanged.
 """
 
@@ -187,8 +187,8 @@ class CobaReplayBuffer(ReplayBuffer):
             )
         selected = [order[i] for i in choice.whole]
         snapshot = dict(self.partitions[partition_id])
-        if choice.cut is not None:
-            uid, keep = order[choice.cut[0]], choice.cut[1]
+        for position, keep in choice.cuts:
+            uid = order[position]
             kept = self._sessions_to_keep(partition_id, groups[uid], keep)
             cut_keys = [key for s, keys in groups[uid].items() if s not in kept for key in keys]
             if self.on_trim is not None:

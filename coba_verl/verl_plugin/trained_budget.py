@@ -1,4 +1,5 @@
-"""Which finished groups a step trains so that it trains exactly M x n rollouts (docs/verl.md, "DAPO").
+"""Which finished groups a step trains so that it trains exactly M x n rollouts (docs/verl.md,
+"What a step costs").
 
 veRL's sync buffer trains the first M groups that survive DAPO's filter; under per-prompt budgets
 those are groups of any size, so a step would train sum_i B_i rollouts over whichever groups
@@ -7,20 +8,25 @@ reward spread). The rule here counts rollouts instead of groups:
 
 1. Groups in the buffer's order (oldest submission first); each is taken whole while it fits in
    what is left of the ``target`` rollouts.
-2. If rollouts are left over (d = target - taken > 0), the first group that did not fit is cut
-   to d sessions (d >= ``min_size``, so that the cut group keeps a GRPO baseline). If d is below
-   ``min_size``, the last whole group taken (size s) is given back and a group that did not fit
-   is cut to d + s instead.
-3. What is neither taken nor cut stays untrained: the buffer shows it to the tracker and clears it,
+2. If d = target - taken > 0 rollouts are left, the first group that did not fit is cut to d
+   sessions (d >= ``min_size``, so that the cut group keeps a GRPO baseline).
+3. If d is below ``min_size``: the last whole group taken (size s) is given back and a group that
+   did not fit is cut to d + s (or taken whole if it has exactly d + s); failing that, a group
+   that did not fit is cut to ``min_size`` (or taken whole if that is its size) and a whole group
+   taken is cut by ``min_size - d``, keeping at least ``min_size`` itself.
+4. What is neither taken nor cut stays untrained: the buffer shows it to the tracker and clears it,
    as veRL does with its own surplus. The sessions cut away are shown to the tracker too.
 
 Every group that did not fit has more sessions than what was left when it was skipped, which is at
-least d, so step 2 finds one whenever the ready groups hold ``target`` sessions and d >= min_size.
-Only the second branch can fail (no group large enough); the step then trains ``target - d``.
+least d, so step 2 always succeeds when the ready groups hold ``target`` sessions. Step 3 fails only
+when no group is large enough for either move (with ``min_size`` 2: every group of the step has 2
+sessions, so no odd target can be met); the step then trains ``target - d``.
 
 Example, target 16, sizes in order [6, 9, 4, 2, 8]: 6 and 9 are taken (15); 4, 2 and 8 do not
 fit; d = 1 is below 2, so 9 is given back (d = 10, no group that did not fit has 10 sessions),
-then 6 instead (d = 7): 8 is cut to 7, and the step trains 9 + 7 = 16.
+then 6 instead (d = 7): 8 is cut to 7, and the step trains 9 + 7 = 16. With sizes
+[2, 2, 2, 2, 2, 2, 3, 2]: 2 x 6 + 3 = 15, d = 1, no group can replace one taken, so the last 2 is
+taken whole and the 3 is cut to 2: 2 x 7 + 2 = 16.
 """
 
 from __future__ import annotations
@@ -35,21 +41,21 @@ class Selection:
 
     Attributes:
         whole: positions of the groups trained whole, in order.
-        cut: ``(position, sessions kept)`` of the one group trained in part, or None.
+        cuts: ``(position, sessions kept)`` of each group trained in part (at most two).
         shortfall: target minus the sessions trained (0 unless no group could be cut to fit).
     """
 
     whole: tuple[int, ...]
-    cut: tuple[int, int] | None
+    cuts: tuple[tuple[int, int], ...]
     shortfall: int
 
     def trained(self, sizes: Sequence[int]) -> int:
         """Sessions trained under this selection."""
-        return sum(sizes[i] for i in self.whole) + (self.cut[1] if self.cut else 0)
+        return sum(sizes[i] for i in self.whole) + sum(keep for _, keep in self.cuts)
 
 
 def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Selection:
-    """Whole groups in order while they fit, then one group cut, so that exactly ``target`` sessions train.
+    """Whole groups in order while they fit, then at most two cut, so that exactly ``target`` train.
 
     Args:
         sizes: sessions of each ready group, in the order the buffer offers them (oldest first).
@@ -58,7 +64,7 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
 
     Returns:
         The `Selection`; ``shortfall`` > 0 only when the ready groups hold fewer than ``target``
-        sessions or no group is large enough to be cut to the remainder.
+        sessions or no group is large enough to make the remainder (module docstring, step 3).
 
     Raises:
         ValueError: ``target`` < 1, ``min_size`` < 1 or a size < 1.
@@ -80,18 +86,29 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
             skipped.append(i)
     left = target - total
     if left == 0:
-        return Selection(tuple(whole), None, 0)
+        return Selection(tuple(whole), (), 0)
     if left >= min_size:
         for i in skipped:
             if sizes[i] > left:
-                return Selection(tuple(whole), (i, left), 0)
-        return Selection(tuple(whole), None, left)
-    for given_back in reversed(whole):
+                return Selection(tuple(whole), ((i, left),), 0)
+        return Selection(tuple(whole), (), left)
+    for given_back in reversed(whole):  # replace a whole group by a larger one, cut
         need = left + sizes[given_back]
         for i in skipped:
             if sizes[i] >= need:
                 kept = tuple(j for j in whole if j != given_back)
-                if sizes[i] == need:  # the whole group fits exactly once the other one is given back
-                    return Selection(tuple(sorted((*kept, i))), None, 0)
-                return Selection(kept, (i, need), 0)
-    return Selection(tuple(whole), None, left)
+                if sizes[i] == need:
+                    return Selection(tuple(sorted((*kept, i))), (), 0)
+                return Selection(kept, ((i, need),), 0)
+    shrink = min_size - left  # add min_size sessions of a skipped group, take shrink from a whole one
+    for i in skipped:
+        for cut in reversed(whole):
+            if sizes[cut] - shrink >= min_size:
+                kept = tuple(j for j in whole if j != cut)
+                cuts = [(cut, sizes[cut] - shrink)]
+                if sizes[i] == min_size:
+                    kept = tuple(sorted((*kept, i)))
+                else:
+                    cuts.append((i, min_size))
+                return Selection(kept, tuple(sorted(cuts)), 0)
+    return Selection(tuple(whole), (), left)

@@ -11,23 +11,32 @@ from coba_verl.verl_plugin.trained_budget import select_to_budget
 
 def test_groups_that_fit_are_taken_whole_in_order():
     choice = select_to_budget([4, 4, 4, 4, 4], 16)
-    assert choice.whole == (0, 1, 2, 3) and choice.cut is None and choice.shortfall == 0
+    assert choice.whole == (0, 1, 2, 3) and choice.cuts == () and choice.shortfall == 0
 
 
 def test_the_first_group_that_does_not_fit_is_cut_to_the_remainder():
     choice = select_to_budget([10, 10], 16)
-    assert choice.whole == (0,) and choice.cut == (1, 6)
+    assert choice.whole == (0,) and choice.cuts == ((1, 6),)
 
 
 def test_a_remainder_below_b_low_gives_a_whole_group_back_and_cuts_a_larger_one():
     sizes = [6, 9, 4, 2, 8]  # 6 + 9 = 15 leaves 1: give back 6, cut 8 to 7 (docstring example)
     choice = select_to_budget(sizes, 16)
-    assert choice.whole == (1,) and choice.cut == (4, 7) and choice.trained(sizes) == 16
+    assert choice.whole == (1,) and choice.cuts == ((4, 7),) and choice.trained(sizes) == 16
+
+
+def test_a_remainder_below_b_low_no_swap_can_fill_cuts_a_whole_group_and_adds_a_skipped_one():
+    sizes = [2, 2, 2, 2, 2, 2, 3, 2]  # 2 x 6 + 3 = 15 leaves 1; only 2s are left over
+    choice = select_to_budget(sizes, 16)
+    assert choice.shortfall == 0 and choice.trained(sizes) == 16
+    assert choice.cuts == ((6, 2),) and 7 in choice.whole  # the 3 cut to 2, the last 2 whole
 
 
 def test_too_few_ready_sessions_are_a_shortfall_not_an_error():
     choice = select_to_budget([3, 3], 16)
     assert choice.shortfall == 10 and choice.trained([3, 3]) == 6
+    odd = select_to_budget([2, 2, 2, 2], 7)  # groups of two cannot make an odd count
+    assert odd.shortfall == 1 and odd.trained([2, 2, 2, 2]) == 6
 
 
 def test_bad_sizes_are_refused_by_value():
@@ -39,12 +48,11 @@ def test_bad_sizes_are_refused_by_value():
 @given(sizes=st.lists(st.integers(2, 16), min_size=1, max_size=24), target=st.integers(2, 64))
 def test_enough_ready_sessions_train_exactly_the_target_with_every_cut_group_of_two_or_more(sizes, target):
     choice = select_to_budget(sizes, target)
-    used = set(choice.whole) | ({choice.cut[0]} if choice.cut else set())
-    assert len(used) == len(choice.whole) + (1 if choice.cut else 0)  # no group twice
-    if choice.cut:
-        assert 2 <= choice.cut[1] < sizes[choice.cut[0]]
-    if sum(sizes) >= target and choice.shortfall == 0:
-        assert choice.trained(sizes) == target
+    used = list(choice.whole) + [position for position, _ in choice.cuts]
+    assert len(used) == len(set(used))  # no group twice
+    assert all(2 <= keep < sizes[position] for position, keep in choice.cuts)
     assert choice.trained(sizes) == target - choice.shortfall
     if sum(sizes) >= target and max(sizes) > target:
         assert choice.shortfall == 0  # a group larger than the target can always be cut to it
+    if sum(sizes) >= target and any(s >= 3 for s in sizes):
+        assert choice.shortfall == 0  # with one group of three or more, any target is reachable
