@@ -35,6 +35,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
     _accumulate_eviction_metrics,
 )
 
+from coba_verl.verl_plugin.sessions import final_outputs, sessions_of
 from coba_verl.verl_plugin.trained_budget import select_to_budget
 
 logger = logging.getLogger(__name__)
@@ -43,15 +44,6 @@ logger = logging.getLogger(__name__)
 ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
 #: ``on_trim(partition_id, {key: tag} of the sessions cut from a trained group)``.
 TrimObserver = Callable[[str, dict[str, dict]], None]
-
-
-def sessions_of(keys: list[str]) -> dict[str, dict[int, list[str]]]:
-    """``uid -> {session: its keys}`` of trajectory keys ``{uid}_{session}_{output}``."""
-    groups: dict[str, dict[int, list[str]]] = {}
-    for key in keys:
-        uid, session, _ = key.rsplit("_", 2)
-        groups.setdefault(uid, {}).setdefault(int(session), []).append(key)
-    return groups
 
 
 class CobaReplayBuffer(ReplayBuffer):
@@ -77,7 +69,6 @@ class CobaReplayBuffer(ReplayBuffer):
         self.rollouts_per_prompt = rollouts_per_prompt
         self.min_group_size = min_group_size
         self.on_trim = on_trim
-        self.last_shortfall = 0  # rollouts the last counted sample trained below its target
 
     @classmethod
     def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> CobaReplayBuffer:
@@ -178,7 +169,6 @@ class CobaReplayBuffer(ReplayBuffer):
         order = [uid for uid in order if groups.get(uid)]
         sizes = [len(groups[uid]) for uid in order]
         choice = select_to_budget(sizes, target, self.min_group_size)
-        self.last_shortfall = choice.shortfall
         if choice.shortfall:
             logger.warning(
                 "the ready groups could not make exactly %d rollouts; this step trains %d",
@@ -207,16 +197,17 @@ class CobaReplayBuffer(ReplayBuffer):
         """``keep`` sessions of a group that keep its spread on the filter metric: the first session,
         the first one whose value differs from it, then the others in session order."""
         order = sorted(sessions)
-        values = self._session_values(partition_id, {s: sessions[s] for s in order})
+        values = self._session_values(partition_id, [key for keys in sessions.values() for key in keys])
         first = values[order[0]]
         other = next((s for s in order if values[s] != first), None)
         ranked = [order[0]] + ([other] if other is not None else [])
         ranked += [s for s in order if s not in ranked]
         return set(ranked[:keep])
 
-    def _session_values(self, partition_id: str, sessions: dict[int, list[str]]) -> dict[int, float]:
-        """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores)."""
-        last = {s: max(keys, key=lambda k: int(k.rsplit("_", 1)[1])) for s, keys in sessions.items()}
+    def _session_values(self, partition_id: str, keys: list[str]) -> dict[int, float]:
+        """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores),
+        for the trajectory ``keys`` of one group."""
+        (last,) = final_outputs(keys).values()  # {session: key of its last output}
         keys = list(last.values())
         metric = self.filter_groups_metric or FILTER_GROUPS_REWARD_METRIC
         if metric == FILTER_GROUPS_REWARD_METRIC:

@@ -38,6 +38,16 @@ def final_outputs(keys: Iterable[str], tags: Iterable[Mapping] | None = None) ->
     return {uid: {s: key for s, (_, key) in sessions.items()} for uid, sessions in groups.items()}
 
 
+def sessions_of(keys: Iterable[str]) -> dict[str, dict[int, list[str]]]:
+    """``uid -> {session: every key of the session}``: ``["a_0_0", "a_0_1", "a_1_0"]`` ->
+    ``{"a": {0: ["a_0_0", "a_0_1"], 1: ["a_1_0"]}}``."""
+    groups: dict[str, dict[int, list[str]]] = {}
+    for key in keys:
+        uid, session, _ = key.rsplit("_", 2)
+        groups.setdefault(uid, {}).setdefault(int(session), []).append(key)
+    return groups
+
+
 def count_failed_sessions(uid: str, sessions: Iterable[int], budget: int) -> int:
     """B_i minus the finished sessions of group ``uid``; raise if the engine ignored the budget.
 

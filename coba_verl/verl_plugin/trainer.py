@@ -405,11 +405,11 @@ class CobaTrainer(PPOTrainerSync):
         start = time.perf_counter()
         uids = {uid for uid in uids if uid in self._pending} if partition_id == "train" else set()
         if uids:
-            keys = [key for key in tags if key.split("_")[0] in uids]
-            groups = final_outputs(keys, [tags[key] for key in keys])
+            cleared = {key: tag for key, tag in tags.items() if key.split("_")[0] in uids}
+            groups = final_outputs(list(cleared), list(cleared.values()))
             self._counts["evicted_groups"] += len(uids)
             self._counts["evicted_rollouts"] += sum(self._pending[uid][1] for uid in uids)
-            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id, tags)
+            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id, cleared)
         self._plugin_time_s += time.perf_counter() - start
 
     def _record(
