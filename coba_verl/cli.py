@@ -2,7 +2,7 @@
 
 coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
 coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
-coba-verl estimate .. each training prompt's pass rate, measured by veRL (coba_verl.estimate)
+coba-verl estimate .. each training prompt's pass rate, measured by veRL (coba_verl.verl_plugin.estimate)
 coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
 coba-verl --version   the installed version
 """
@@ -20,7 +20,7 @@ from coba_verl import __version__
 COMMANDS = {
     "lab": ("coba_verl.lab.cli", "CPU lab: compare allocation strategies on a tiny model"),
     "train": ("coba_verl.main", "veRL GRPO training with CoBA-RL budgets (Hydra overrides)"),
-    "estimate": ("coba_verl.estimate", "measure training prompts' pass rates (coba.prior_file)"),
+    "estimate": ("coba_verl.verl_plugin.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
 }
 
@@ -51,7 +51,7 @@ def missing_extra(name: str) -> str | None:
 def refuse(reason: BaseException | str) -> NoReturn:
     """Print a refusal as one line, ``coba-verl: <message>``, on stderr and exit with `REFUSAL_STATUS`.
 
-    The one way every entry point (``coba_verl.main``, ``coba_verl.estimate``,
+    The one way every entry point (``coba_verl.main``, ``coba-verl estimate``,
     ``coba_verl.openrlhf.train``) reports a setting or input it refuses; a message of several
     lines is joined into one.
     """

@@ -53,7 +53,7 @@ launch() {
   esac
   local -a entry=(-m coba_verl.main)
   if [[ -n "$ESTIMATE" ]]; then
-    entry=(-m coba_verl.estimate --output "$ESTIMATE" --samples "$SAMPLES")
+    entry=(-m coba_verl.verl_plugin.estimate --output "$ESTIMATE" --samples "$SAMPLES")
   fi
   local -a cmd=(
     "$PYTHON" "${entry[@]}"

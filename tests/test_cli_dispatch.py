@@ -114,7 +114,7 @@ def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
 def test_estimate_hands_its_flags_to_itself_and_the_rest_to_hydra(monkeypatch, tmp_path):
     import sys
 
-    from coba_verl import estimate
+    from coba_verl.verl_plugin import estimate
 
     seen = []
     monkeypatch.setattr(estimate, "_entry", lambda: seen.append((estimate._REQUEST, list(sys.argv))))

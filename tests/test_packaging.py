@@ -43,8 +43,6 @@ EXTRA_OF = {
     "coba_verl.config": "",
     "coba_verl.core": "",
     "coba_verl.main": "verl",
-    "coba_verl.estimate": "verl",
-    "coba_verl.preflight": "verl",
     "coba_verl.verl_plugin": "verl",
     "coba_verl.cpu": "verl",
     "coba_verl.data": "verl",
@@ -64,7 +62,8 @@ SCRIPT_EXTRAS = {
 }
 #: Imports that are probes, not needs: (module, imported top-level name).
 PROBES = {
-    ("coba_verl.preflight", "trl"),  # refuses an FSDP run when a TRL without the value head is there
+    # refuses an FSDP run when a TRL without the value head is there
+    ("coba_verl.verl_plugin.preflight", "trl"),
 }
 
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from coba_verl import preflight
-from coba_verl.preflight import CobaRefusal
+from coba_verl.verl_plugin import preflight
+from coba_verl.verl_plugin.preflight import CobaRefusal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,12 +127,12 @@ def test_null_checkpoint_folder_goes_next_to_the_training_file_per_experiment(tm
 
 def test_resume_is_announced_at_warning_with_step_and_folder(tmp_path, caplog):
     cfg = config(tmp_path, default_local_dir=str(tmp_path / "ckpt"))
-    with caplog.at_level(logging.WARNING, logger="coba_verl.preflight"):
+    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.preflight"):
         preflight.warn_resume(cfg)
     assert not caplog.records  # nothing to resume
     (tmp_path / "ckpt" / "global_step_16").mkdir(parents=True)
     (tmp_path / "ckpt" / preflight.TRACKER_FILE).write_text("16")
-    with caplog.at_level(logging.WARNING, logger="coba_verl.preflight"):
+    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.preflight"):
         preflight.warn_resume(cfg)
     (record,) = caplog.records
     assert record.levelno == logging.WARNING

@@ -14,6 +14,9 @@ Modules:
     progress       a progress count over veRL's validation loop.
     run_summary    a short summary of a run, read from veRL's file logger.
     registration   target of the ``verl.plugins`` entry point; imports `trainer`.
+    main           ``python -m coba_verl.main`` / ``coba-verl train``: checks, then veRL's ``run_ppo``.
+    estimate       ``coba-verl estimate``: each training prompt's pass rate, measured by veRL.
+    preflight      what the driver checks before Ray starts, and the one-line refusal.
 
 Prompt ids (``extra_info.index`` -> tracker ids) and the ``coba/`` metrics are the core's
 (`coba_verl.core.prompt_ids`, `coba_verl.core.metrics`).

@@ -356,7 +356,7 @@ def test_estimate_measures_every_prompt_with_veRL_and_a_run_with_the_priors_allo
     from coba_verl.core.prompt_ids import PromptIdMap
 
     priors = tmp_path / "priors.jsonl"
-    estimate = ("-m", "coba_verl.estimate", "--output", str(priors), "--samples", str(N))
+    estimate = ("-m", "coba_verl.verl_plugin.estimate", "--output", str(priors), "--samples", str(N))
     (tmp_path / "estimate").mkdir()
     train(tiny, tmp_path / "estimate", script=estimate)
     index = [row["index"] for row in pq.read_table(tiny / "train.parquet").column("extra_info").to_pylist()]

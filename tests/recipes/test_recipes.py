@@ -77,7 +77,7 @@ def compose_run(task: str, env: dict[str, str] | None = None, args: tuple[str, .
 
 def checked(cfg: DictConfig) -> DictConfig:
     """Run ``coba_verl.main``'s pre-Ray checks (CoBA-RL's refusals, then veRL's validate_config)."""
-    from coba_verl.main import prepare_config
+    from coba_verl.verl_plugin.main import prepare_config
 
     cfg = cfg.copy()
     prepare_config(cfg)
@@ -340,7 +340,7 @@ def test_unknown_trainer_variable_is_refused_naming_the_choices() -> None:
 def test_estimate_variable_runs_the_same_launch_line_through_coba_verl_estimate() -> None:
     train = dry_run("tiny_cpu")
     measure = dry_run("tiny_cpu", {"ESTIMATE": "/d/priors.jsonl", "SAMPLES": "4"})
-    start = measure.index("coba_verl.estimate")
+    start = measure.index("coba_verl.verl_plugin.estimate")
     assert measure[start - 1] == "-m" and measure[start + 1 : start + 5] == [
         "--output", "/d/priors.jsonl", "--samples", "4",
     ]  # fmt: skip

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from coba_verl import estimate
 from coba_verl.core.priors import PriorRecords, read_prior_file, write_prior_file
-from coba_verl.verl_plugin import index_reward
+from coba_verl.verl_plugin import estimate, index_reward
 from coba_verl.verl_plugin.progress import CountingLoader, generations_of
 
 REWARD_MODULE = """
@@ -147,7 +146,7 @@ def test_read_generations_refuses_a_missing_dump_and_rows_without_the_index(tmp_
 
 def test_summary_warns_with_counts_for_short_prompts_and_training_prompts_without_an_estimate(caplog):
     records = PriorRecords([3, 5], np.array([0, 3]), np.array([4, 3]), "dump")
-    with caplog.at_level(logging.WARNING, logger="coba_verl.estimate"):
+    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.estimate"):
         found = estimate.summary(records, samples=4, expected=[3, 5, 9, 11])
     assert found["prompts"] == 2 and found["generations"] == 7
     assert found["all_fail_share"] == 0.5 and found["all_pass_share"] == 0.5

@@ -13,8 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.main import prepare_config
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
+from coba_verl.verl_plugin.main import prepare_config
 
 # One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
 NON_DEFAULT_OVERRIDES = {
@@ -161,7 +161,7 @@ def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(ba
 )
 def test_launch_refused_when_veRL_would_skip_the_plugin(policy, refused):
     """In a fresh interpreter, as veRL's Ray processes load plugins: veRL's registry decides."""
-    code = "from coba_verl.main import check_plugin_loaded; check_plugin_loaded()"
+    code = "from coba_verl.verl_plugin.main import check_plugin_loaded; check_plugin_loaded()"
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": policy}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert (done.returncode != 0) == refused, done.stderr[-2000:]
@@ -177,7 +177,7 @@ def test_launch_names_the_plugins_own_import_error_that_veRL_logs_at_debug():
         "from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync\n"
         "PPOTrainerSync.step = lambda self, metrics: None  # a veRL with another step() signature\n"
         "os.environ['VERL_USE_EXTERNAL_PLUGINS'] = 'auto'\n"
-        "from coba_verl.main import check_plugin_loaded\n"
+        "from coba_verl.verl_plugin.main import check_plugin_loaded\n"
         "check_plugin_loaded()\n"
     )
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}  # veRL itself skips the plugin
@@ -198,7 +198,7 @@ def test_fresh_process_registers_the_trainer_on_import_verl_and_composes_the_cli
         f"cls = get_trainer_cls('{COBA_TRAINER_MODE}')\n"
         "print('TRAINER', cls.__module__ + '.' + cls.__name__)\n"
         "sys.argv = ['coba_verl.main', '--cfg', 'job', 'coba.strategy=uniform', 'coba.kappa=7']\n"
-        "from coba_verl.main import main\n"
+        "from coba_verl.verl_plugin.main import main\n"
         "main()\n"
     )
     out = subprocess.run(

@@ -50,9 +50,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from coba_verl import preflight
 from coba_verl.core.priors import PriorRecords, outcome_records, write_prior_file
-from coba_verl.verl_plugin import index_reward
+from coba_verl.verl_plugin import index_reward, preflight
 
 __all__ = ["EstimateRequest", "configure", "main", "prior_records", "read_generations", "summary"]
 
@@ -228,7 +227,7 @@ _REQUEST: EstimateRequest | None = None  # set by main() for the Hydra entry
 
 def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
     """Measure (veRL's validation pass through ``coba_verl.main.run``), then write the prior file."""
-    from coba_verl import main as train_main
+    from coba_verl.verl_plugin import main as train_main
 
     with preflight.refusals():
         configure(config, request)
@@ -262,9 +261,9 @@ def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
     return found
 
 
-@hydra.main(config_path="config", config_name="coba_trainer", version_base=None)
+@hydra.main(config_path="../config", config_name="coba_trainer", version_base=None)
 def _entry(config: DictConfig) -> None:
-    assert _REQUEST is not None, "coba_verl.estimate: call main(), not the Hydra entry"
+    assert _REQUEST is not None, "coba_verl.verl_plugin.estimate: call main(), not the Hydra entry"
     logging.getLogger("coba_verl").setLevel(logging.INFO)
     with preflight.exit_on_refusal():
         run(config, _REQUEST)

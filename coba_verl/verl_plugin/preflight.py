@@ -25,7 +25,7 @@ driver looks first, with nothing heavier than pyarrow:
   prompts and model is checked where its state is read (`CobaDataLoader.load_coba_state`).
 
 A refusal of ours is a `CobaRefusal`; `exit_on_refusal` (around ``coba_verl.main``'s and
-``coba_verl.estimate``'s runs) prints it as one line, ``coba-verl: <message>``, and exits 2
+``coba-verl estimate``'s runs) prints it as one line, ``coba-verl: <message>``, and exits 2
 (`coba_verl.cli.refuse`). Errors that are not ours keep their traceback.
 """
 
