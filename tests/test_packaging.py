@@ -42,6 +42,7 @@ EXTRA_OF = {
     "coba_verl.cli": "",
     "coba_verl.config": "",
     "coba_verl.core": "",
+    "coba_verl.records": "",
     "coba_verl.main": "verl",
     "coba_verl.verl_plugin": "verl",
     "coba_verl.cpu": "verl",

@@ -201,7 +201,7 @@ def measure_priors(output_dir: str | Path, samples: int, *, seed: int = 0) -> Pa
 
     Each training prompt (``extra_info.index``) gets ``samples`` answers of the prepared model at
     the recipe's temperature and response length, scored by `compute_score`'s rule; the file holds
-    ``{"index", "successes", "attempts"}`` lines (`coba_verl.core.priors.write_prior_file`). The
+    ``{"index", "successes", "attempts"}`` lines (`coba_verl.records.priors.write_prior_file`). The
     samples are drawn with their own seeded generator, so the same arguments write the same file.
     """
     import numpy as np
@@ -212,7 +212,7 @@ def measure_priors(output_dir: str | Path, samples: int, *, seed: int = 0) -> Pa
     from coba_verl.arithmetic.model import sample
     from coba_verl.arithmetic.task import score_batch
     from coba_verl.arithmetic.tokenizer import EOS, PAD, chat_tokenizer, decode_responses, encode_prompts
-    from coba_verl.core.priors import outcome_records, write_prior_file
+    from coba_verl.records.priors import outcome_records, write_prior_file
 
     if samples < 1:
         raise ValueError(f"samples={samples}: measure at least one answer per prompt.")

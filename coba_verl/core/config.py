@@ -198,7 +198,7 @@ class CobaConfig:
             successes and attempts (``extra_info.pass_count/extra_info.attempts``). A prompt
             with such a record starts with it as one appearance of its window, and the records'
             mean failure rate is one F_t, so epoch 1 is no longer uniform
-            (`coba_verl.core.priors`). ``None``: no prior (every prompt starts unknown).
+            (`coba_verl.records.priors`). ``None``: no prior (every prompt starts unknown).
         prior_file: A JSON-lines file of prior records keyed by the prompt's index
             (``{"index": 17, "successes": 3, "attempts": 8}`` or ``{"index": 17, "pass_rate":
             0.375}``); with ``prior_field`` too, the file's records win for the prompts in both.

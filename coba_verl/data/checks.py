@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coba_verl.core.prompt_ids import INDEX_RULE, IndexRegistry
 from coba_verl.data.formats import PromptStyle, gold_response
 from coba_verl.data.reward import OWN_TASKS, compute_score, score_value
 from coba_verl.data.sources import SOURCES
+from coba_verl.records.prompt_ids import INDEX_RULE, IndexRegistry
 
 __all__ = ["FILE_RULES", "STYLE_OF_SOURCE", "check_files", "gold_score", "train_test_overlap"]
 

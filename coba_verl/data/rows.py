@@ -39,10 +39,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from coba_verl.core.priors import dotted_get as _get
 from coba_verl.data.formats import AnswerKind, gold_response, parse_answer, question_text, render_prompt
 from coba_verl.data.reward import compute_score, score_value
 from coba_verl.data.sources import SourceSpec
+from coba_verl.records.priors import dotted_get as _get
 
 __all__ = ["REJECT_REASONS", "SCHEMA", "Built", "build_rows"]
 

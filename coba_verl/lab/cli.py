@@ -102,7 +102,7 @@ def _parser_for(name: str, default: Any) -> Any:
 
 def _coba_item(text: str) -> tuple[str, Any]:
     """``kappa=7`` -> ("kappa", 7.0), typed by the CobaConfig field's default."""
-    # the lab has no pass-rate priors: coba_verl.core.priors reads a training set's rows or a file
+    # the lab has no pass-rate priors: coba_verl.records.priors reads a training set's rows or a file
     known = {
         f.name: f for f in fields(CobaConfig) if f.name != "strategy" and not f.name.startswith("prior_")
     }

@@ -143,7 +143,7 @@ class LabConfig:
             runs labelled ``+prior``: the seed's warm-started model, temperature 1, random numbers
             of their own (the runs' are untouched), measured once per seed and shared by its
             ``+prior`` runs; each prompt's record is (successes, k), one appearance of its window
-            (`coba_verl.core.priors`). These n_train * k samples are not counted in a run's
+            (`coba_verl.records.priors`). These n_train * k samples are not counted in a run's
             rollouts; the results record them as ``prior_rollouts``.
     """
 

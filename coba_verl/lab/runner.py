@@ -41,10 +41,10 @@ from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import BudgetAllocator
-from coba_verl.core.priors import PriorRecords, apply_priors, outcome_records
-from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
+from coba_verl.records.priors import PriorRecords, apply_priors, outcome_records
+from coba_verl.records.prompt_ids import PromptIdMap
 
 __all__ = [
     "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
@@ -299,7 +299,7 @@ def measure_priors(
 
     The offline measurement of the ``+prior`` runs, so that their first epoch is allocated too:
     each training position i gets the record (#{score_i == success_value}, k), the tracker's success rule
-    (`coba_verl.core.priors.outcome_records`). Its random numbers are its own, so the runs'
+    (`coba_verl.records.priors.outcome_records`). Its random numbers are its own, so the runs'
     sampling is unchanged.
     """
     gen = _generator(model, 104_729 * (ctx.seed + 1))

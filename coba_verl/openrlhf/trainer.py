@@ -29,10 +29,10 @@ from openrlhf.utils.logging_utils import init_logger
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import step_metrics
-from coba_verl.core.priors import seed_from_table
-from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
+from coba_verl.records.priors import seed_from_table
+from coba_verl.records.prompt_ids import PromptIdMap
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 

@@ -16,8 +16,8 @@ from datasets import Dataset, IterableDataset
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
 from coba_verl.core.config import require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
-from coba_verl.core.priors import seed_from_table
-from coba_verl.core.prompt_ids import PromptIdMap
+from coba_verl.records.priors import seed_from_table
+from coba_verl.records.prompt_ids import PromptIdMap
 
 __all__ = [
     "DEFAULT_ID_COLUMN",
@@ -149,7 +149,7 @@ def seed_priors(
 ) -> None:
     """Seed the tracker with ``coba.prior_field`` (columns of ``train_dataset``; dotted names read
     nested fields) and ``coba.prior_file`` (records keyed by ``id_column``), if set
-    (`coba_verl.core.priors.seed_from_table`). A checkpoint loaded later replaces the tracker,
+    (`coba_verl.records.priors.seed_from_table`). A checkpoint loaded later replaces the tracker,
     priors included."""
     seed_from_table(
         allocator.tracker, id_map, coba.prior_field, coba.prior_file, coba.prior_weight, train_dataset,

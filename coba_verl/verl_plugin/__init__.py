@@ -18,8 +18,8 @@ Modules:
     estimate       ``coba-verl estimate``: each training prompt's pass rate, measured by veRL.
     preflight      what the driver checks before Ray starts, and the one-line refusal.
 
-Prompt ids (``extra_info.index`` -> tracker ids) and the ``coba/`` metrics are the core's
-(`coba_verl.core.prompt_ids`, `coba_verl.core.metrics`).
+Prompt ids (``extra_info.index`` -> tracker ids) and priors are the shared records'
+(`coba_verl.records`), the ``coba/`` metrics the core's (`coba_verl.core.metrics`).
 
 This package file imports nothing heavy; import the submodules you need.
 """

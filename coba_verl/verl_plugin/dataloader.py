@@ -36,8 +36,8 @@ from typing import Any
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
-from coba_verl.core.priors import PriorRecords, apply_priors, column_rows, configured_priors
-from coba_verl.core.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
+from coba_verl.records.priors import PriorRecords, apply_priors, column_rows, configured_priors
+from coba_verl.records.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
 from coba_verl.verl_plugin.preflight import CobaRefusal, local_model_path
 
 logger = logging.getLogger(__name__)

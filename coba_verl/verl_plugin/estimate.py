@@ -50,7 +50,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from coba_verl.core.priors import PriorRecords, outcome_records, write_prior_file
+from coba_verl.records.priors import PriorRecords, outcome_records, write_prior_file
 from coba_verl.verl_plugin import index_reward, preflight
 
 __all__ = ["EstimateRequest", "configure", "main", "prior_records", "read_generations", "summary"]

@@ -17,7 +17,7 @@ driver looks first, with nothing heavier than pyarrow:
   exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), and the data
   files pass the check of ``python -m coba_verl.data check`` (`coba_verl.data.check_files`, the
   one home of those rules): parquet, with rows and the columns veRL reads, and training rows
-  whose ``extra_info.index`` values follow `coba_verl.core.prompt_ids.INDEX_RULE` (CoBA-RL keys
+  whose ``extra_info.index`` values follow `coba_verl.records.prompt_ids.INDEX_RULE` (CoBA-RL keys
   pass rates by them), duplicates included.
 - `warn_resume`: veRL's ``resume_mode=auto`` resumes the latest checkpoint under
   ``trainer.default_local_dir`` and says so at INFO only; this says it at WARNING, with the

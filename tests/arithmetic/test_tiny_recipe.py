@@ -75,7 +75,7 @@ def test_prepare_help_offers_the_warm_starts_and_the_priors(capsys):
 def test_priors_give_every_training_prompt_k_samples_and_are_reproducible(tmp_path, monkeypatch):
     import coba_verl.arithmetic.warmstart as warmstart
     from coba_verl.arithmetic import tiny
-    from coba_verl.core.priors import read_prior_file
+    from coba_verl.records.priors import read_prior_file
 
     monkeypatch.setattr(
         warmstart,

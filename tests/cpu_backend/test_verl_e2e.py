@@ -352,8 +352,8 @@ def test_estimate_measures_every_prompt_with_veRL_and_a_run_with_the_priors_allo
 
     from coba_verl.arithmetic.tiny import compute_score
     from coba_verl.core import BudgetAllocator, CobaConfig
-    from coba_verl.core.priors import apply_priors, read_prior_file
-    from coba_verl.core.prompt_ids import PromptIdMap
+    from coba_verl.records.priors import apply_priors, read_prior_file
+    from coba_verl.records.prompt_ids import PromptIdMap
 
     priors = tmp_path / "priors.jsonl"
     estimate = ("-m", "coba_verl.verl_plugin.estimate", "--output", str(priors), "--samples", str(N))

@@ -13,13 +13,13 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.reward_score import default_compute_score
 
-from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.data import SCHEMA, SOURCES, check_files, prepare_split
 from coba_verl.data import loading as loading_module
 from coba_verl.data.checks import STYLE_OF_SOURCE, train_test_overlap
 from coba_verl.data.formats import DAPO_PREFIX, gold_response
 from coba_verl.data.loading import hub_unreachable
 from coba_verl.data.reward import DAPO_EVAL_SOURCES, compute_score, score_value
+from coba_verl.records.prompt_ids import PromptIdMap
 
 
 def _rows(path: str | Path) -> list[dict]:
@@ -400,7 +400,7 @@ def _with_pass_rates(fixtures_dir: Path, tmp_path: Path, rates: list) -> Path:
 
 
 def test_pass_rate_field_is_written_to_extra_info_and_read_as_a_prior(fixtures_dir, tmp_path, caplog) -> None:
-    from coba_verl.core.priors import records_from_rows
+    from coba_verl.records.priors import records_from_rows
 
     source = _with_pass_rates(fixtures_dir, tmp_path, [0.25, None, 1])
     with caplog.at_level("WARNING", logger="coba_verl.data.prepare"):

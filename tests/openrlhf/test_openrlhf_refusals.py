@@ -96,8 +96,8 @@ def test_priors_seed_the_tracker_from_the_prompt_column_and_a_file_keyed_by_its_
     """The same records as veRL and TRL (`seed_from_table`): a row's pass_rate counts as prior_weight
     attempts, a file's record is keyed by the id column and wins for a prompt in both."""
     from coba_verl.core import BudgetAllocator, CobaConfig
-    from coba_verl.core.priors import seed_from_table
     from coba_verl.openrlhf.trainer import prompt_id_map, prompt_rows
+    from coba_verl.records.priors import seed_from_table
 
     path = tmp_path / "p.jsonl"
     path.write_text(

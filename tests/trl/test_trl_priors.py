@@ -1,4 +1,4 @@
-"""`CobaGRPOTrainer` takes the same pass-rate priors as the veRL trainers (`coba_verl.core.priors`)."""
+"""`CobaGRPOTrainer` takes the same pass-rate priors as the veRL trainers (`coba_verl.records.priors`)."""
 
 from __future__ import annotations
 

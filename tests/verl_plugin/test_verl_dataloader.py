@@ -14,7 +14,7 @@ import torch
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from coba_verl.core.prompt_ids import PromptIdMap
+from coba_verl.records.prompt_ids import PromptIdMap
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
 from coba_verl.verl_plugin.trainer import CobaTrainer
 

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.config import invalid_pass_rates
-from coba_verl.core.prompt_ids import PromptIdMap
 from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
+from coba_verl.records.prompt_ids import PromptIdMap
 
 __all__ = [
     "PriorRecords",

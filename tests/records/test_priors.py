@@ -8,7 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-from coba_verl.core.priors import (
+from coba_verl.core.tracker import CapabilityTracker
+from coba_verl.records.priors import (
     apply_priors,
     combine,
     outcome_records,
@@ -16,8 +17,7 @@ from coba_verl.core.priors import (
     read_prior_file,
     records_from_rows,
 )
-from coba_verl.core.prompt_ids import PromptIdMap
-from coba_verl.core.tracker import CapabilityTracker
+from coba_verl.records.prompt_ids import PromptIdMap
 
 ROWS = [
     {"extra_info": {"pass_rate": 0.375, "pass_count": 3, "attempts": 8}},
