@@ -11,14 +11,14 @@ again. After upstream's ``__init__`` it installs:
 
 and extends three `BasePPOTrainer` methods: `train_step` (feeds the tracker with the window's raw
 scores and adds the ``coba/...`` metrics to the step's status, which OpenRLHF logs to wandb /
-tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's state goes into the
-actor checkpoint's ``client_states``) and `init_checkpoint_states` (restores it on
+tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's saved state, in the
+format every glue keeps, `coba_verl.records.saved_state`, goes into the actor checkpoint's
+``client_states`` as bytes) and `init_checkpoint_states` (restores it on
 ``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,15 @@ from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.records.saved_state import (
+    RunIdentity,
+    decode,
+    encode,
+    model_fingerprint,
+    prompt_content_fingerprint,
+    restore_state,
+    saved_state,
+)
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 
@@ -121,8 +130,11 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         self.coba_config = CobaConfig(**coba["config"])
         dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
         id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"], rows)
+        self.coba_identity = RunIdentity(  # what a resume checks its checkpoint against
+            id_map.fingerprint, prompt_content_fingerprint(ids, dataset.prompts), model_fingerprint(pretrain)
+        )
+        self.coba_id_key = coba["id_key"]
         dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
-        self.id_fingerprint = id_map.fingerprint
         self.allocator = BudgetAllocator(self.coba_config, id_map.num_prompts)
         cfg = self.coba_config  # priors before any checkpoint: a resume's tracker replaces them
         seed_from_table(
@@ -162,9 +174,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         client_states = dict(client_states or {})
-        client_states[STATE_KEY] = json.dumps(
-            {"fingerprint": self.id_fingerprint, "state": self.allocator.state_dict()}, default=_jsonable
-        )
+        client_states[STATE_KEY] = encode(saved_state(self.allocator, self.coba_identity))
         return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
     def init_checkpoint_states(self):
@@ -174,31 +184,17 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             if states.get("global_step", 0) > 0:
                 logger.warning("the checkpoint has no %s: the tracker starts empty", STATE_KEY)
             return states
-        saved = json.loads(saved)
-        if saved["fingerprint"] != self.id_fingerprint:
-            raise ValueError(
-                "the checkpoint's allocator state was written for a prompt dataset whose ids differ from "
-                "this run's (id-map fingerprint mismatch); resume with the same --data.prompt_dataset and "
-                "--coba.id_key, or start without --ckpt.load_enable."
-            )
-        self.allocator.load_state_dict(_from_jsonable(saved["state"]))
+        restore_state(
+            decode(saved),
+            self.allocator,
+            self.coba_identity,
+            ids_name=f"--data.prompt_dataset column {self.coba_id_key!r}",
+            start_fresh=(
+                "Resume with the --data.prompt_dataset, --coba.id_key and --pretrain the checkpoint was "
+                "written with, or start without --ckpt.load_enable."
+            ),
+        )
         return states
 
 
 CobaPPOTrainer = ray.remote(CobaPPOTrainerClass)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__} in the allocator checkpoint")
-
-
-def _from_jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "__ndarray__" in value:
-            return np.asarray(value["__ndarray__"], dtype=value["dtype"])
-        return {k: _from_jsonable(v) for k, v in value.items()}
-    return value

@@ -1,13 +1,12 @@
 """The allocator's state as a side file of TRL's checkpoint folder: ``checkpoint-<step>/coba_allocator.npz``.
 
 Written by the main process after TRL's own files, read by every process on resume (the same way
-GRPOTrainer keeps its entropy controller beside the checkpoint). Plain ``.npz`` without pickle:
+GRPOTrainer keeps its entropy controller beside the checkpoint). The file is the allocator's saved
+state in the format every glue keeps (`coba_verl.records.saved_state`: identity, allocator state,
+an ``.npz`` without pickle), with TRL's own part as its extra:
 
-    meta                 JSON: strategy, id column, id-map fingerprint, tracker scalars, TRL's
-                         ``_step``, and the unfinished round's allocation scalars (if any)
-    tracker/<name>       the tracker's arrays (`CapabilityTracker.state_dict`)
-    round/<name>         the unfinished round: ``ids`` (M,) tracker ids, ``budgets``, ``pass_rates``
-                         and, when known, ``lengths``
+    trl_step    TRL's ``GRPOTrainer._step`` at the save
+    round       the unfinished round, if any: ``ids`` (M,) tracker ids and its `Allocation`
 
 A round is unfinished when the checkpoint falls inside it (``num_iterations > 1``, or more
 buffered steps than accumulation steps): the tracker has observed it, but TRL does not save its
@@ -18,16 +17,26 @@ so the trainer can spend the regenerated round's budgets as the interrupted run 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
+from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.records.saved_state import (
+    RunIdentity,
+    decode,
+    encode,
+    model_fingerprint,
+    prompt_content_fingerprint,
+    restore_state,
+    saved_state,
+)
 
-__all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "save_allocator"]
+__all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "run_identity", "save_allocator"]
 
 #: Name of the side file inside a TRL ``checkpoint-<step>`` folder.
 STATE_FILE = "coba_allocator.npz"
@@ -62,66 +71,65 @@ class Resumed:
     unfinished: RoundPlan | None  # the round the checkpoint fell inside, or None on a round boundary
 
 
+def run_identity(train_dataset: Any, id_map: PromptIdMap, id_column: str, model: Any) -> RunIdentity:
+    """What a TRL run's pass rates belong to: the ids, each id's ``prompt`` and the model.
+
+    ``model`` is GRPOTrainer's ``model`` argument: a path or hub id is fingerprinted as given, a
+    loaded model by its ``config._name_or_path`` (a model built from a config alone has none: None).
+    """
+    content = None
+    if "prompt" in train_dataset.column_names:
+        ids = id_map.ids(train_dataset[id_column])  # (N,) tracker ids, row order
+        content = prompt_content_fingerprint(ids, list(train_dataset["prompt"]))
+    path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", None)
+    return RunIdentity(id_map.fingerprint, content, model_fingerprint(path or None))
+
+
 def save_allocator(
     folder: str,
     allocator: BudgetAllocator,
     *,
-    fingerprint: str,
-    id_column: str,
+    identity: RunIdentity,
     trl_step: int,
     unfinished: RoundPlan | None = None,
 ) -> str:
     """Write the allocator's state, TRL's ``_step`` and the unfinished round into ``folder``; its path."""
-    state = allocator.state_dict()
-    tracker = state["tracker"]
-    arrays = {f"tracker/{k}": np.asarray(v) for k, v in tracker.items() if isinstance(v, np.ndarray)}
-    scalars = {k: v for k, v in tracker.items() if not isinstance(v, np.ndarray)}
-    arrays.update({f"step_scores/{k}": np.asarray(v) for k, v in state["step_scores"].items()})
-    meta: dict[str, Any] = {
-        "strategy": state["strategy"],
-        "fingerprint": fingerprint,
-        "id_column": id_column,
-        "tracker": scalars,
-        "trl_step": int(trl_step),
-    }
+    extra: dict = {"trl_step": int(trl_step)}
     if unfinished is not None:
-        arrays["round/ids"] = np.asarray(unfinished.ids, dtype=np.int64)
-        fields = dataclasses.asdict(unfinished.allocation)
-        # Allocation's array fields (budgets, pass_rates, lengths when known) as arrays; the rest to meta.
-        array_fields = [k for k, v in fields.items() if isinstance(v, np.ndarray)]
-        arrays.update({f"round/{k}": fields.pop(k) for k in array_fields})
-        meta["round"] = fields
+        extra["round"] = {
+            "ids": np.asarray(unfinished.ids, dtype=np.int64),
+            "allocation": dataclasses.asdict(unfinished.allocation),
+        }
     path = os.path.join(folder, STATE_FILE)
-    with open(path, "wb") as f:
-        np.savez(f, meta=np.asarray(json.dumps(meta, default=lambda x: x.item())), **arrays)
+    Path(path).write_bytes(encode(saved_state(allocator, identity, extra)))
     return path
 
 
-def load_allocator(folder: str, allocator: BudgetAllocator, *, fingerprint: str) -> Resumed | None:
+def load_allocator(
+    folder: str, allocator: BudgetAllocator, *, identity: RunIdentity, id_column: str
+) -> Resumed | None:
     """Restore ``allocator`` from ``folder``; None (state untouched) when the folder has no side file.
 
     Raises:
-        ValueError: when the file was written for another training set (id-map fingerprint), or
-            by the tracker's own checks (window, id space).
+        ResumeMismatch: (a ValueError) the file was written for a training set with other
+            ``id_column`` ids, other prompts under them, or another model (`restore_state`).
+        ValueError: the tracker's own checks (window, id space).
     """
     path = os.path.join(folder, STATE_FILE)
     if not os.path.exists(path):
         return None
-    with np.load(path, allow_pickle=False) as data:
-        meta: dict[str, Any] = json.loads(str(data["meta"]))
-        tracker = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("tracker/")}
-        round_arrays = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("round/")}
-        step_scores = {k.split("/", 1)[1]: data[k] for k in data.files if k.startswith("step_scores/")}
-    if meta["fingerprint"] != fingerprint:
-        raise ValueError(
-            f"{path} was written for a training set whose {meta['id_column']!r} ids differ from this "
-            "run's (id-map fingerprint mismatch); resume with the same train_dataset, or start "
-            "without resume_from_checkpoint."
-        )
-    tracker.update(meta["tracker"])
-    allocator.load_state_dict({"strategy": meta["strategy"], "tracker": tracker, "step_scores": step_scores})
+    extra = restore_state(
+        decode(Path(path).read_bytes()),
+        allocator,
+        identity,
+        ids_name=f"train_dataset column {id_column!r}",
+        start_fresh=(
+            f"{path}: resume with the train_dataset and model it was written with, or start without "
+            "resume_from_checkpoint."
+        ),
+    )
     unfinished = None
-    if "round" in meta:
-        ids = round_arrays.pop("ids")
-        unfinished = RoundPlan(ids=ids, allocation=Allocation(**round_arrays, **meta["round"]))
-    return Resumed(trl_step=int(meta["trl_step"]), unfinished=unfinished)
+    if "round" in extra:
+        saved = extra["round"]
+        unfinished = RoundPlan(ids=saved["ids"], allocation=Allocation(**saved["allocation"]))
+    return Resumed(trl_step=int(extra["trl_step"]), unfinished=unfinished)

@@ -75,7 +75,7 @@ from trl import GRPOTrainer
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
-from coba_verl.trl.checkpoint import RoundPlan, load_allocator, save_allocator
+from coba_verl.trl.checkpoint import RoundPlan, load_allocator, run_identity, save_allocator
 from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map, seed_priors
 from coba_verl.trl.groups import (
     collapse_runs,
@@ -177,6 +177,9 @@ class CobaGRPOTrainer(GRPOTrainer):
         self.coba_config = coba
         self.prompt_id_column = prompt_id_column
         self.coba_prompt_ids = id_map
+        self.coba_identity = run_identity(
+            given["train_dataset"], id_map, prompt_id_column, given.get("model")
+        )  # what a resume checks its checkpoint against
         self.allocator = BudgetAllocator(coba, num_prompts=id_map.num_prompts)
         seed_priors(self.allocator, id_map, coba, given["train_dataset"], prompt_id_column)
         self.last_allocation: Allocation | None = None
@@ -253,8 +256,7 @@ class CobaGRPOTrainer(GRPOTrainer):
             save_allocator(
                 folder,
                 self.allocator,
-                fingerprint=self.coba_prompt_ids.fingerprint,
-                id_column=self.prompt_id_column,
+                identity=self.coba_identity,
                 trl_step=self._step,
                 unfinished=unfinished,
             )
@@ -268,7 +270,9 @@ class CobaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        resumed = load_allocator(checkpoint, self.allocator, fingerprint=self.coba_prompt_ids.fingerprint)
+        resumed = load_allocator(
+            checkpoint, self.allocator, identity=self.coba_identity, id_column=self.prompt_id_column
+        )
         if resumed is None:
             logger.warning("%s has no CoBA-RL allocator state: pass rates start empty.", checkpoint)
             return

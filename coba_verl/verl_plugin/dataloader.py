@@ -12,24 +12,17 @@ torchdata snapshots the sampler's state when it prefetches indices, several batc
 training; a tracker stored there would be saved as it was steps earlier. The loader's own
 ``state_dict`` is called when veRL writes the checkpoint, after the step's tracker update.
 
-The entry also fingerprints what the pass rates belong to, so that a resume on other prompts or
-another model stops instead of attaching pass rates to the wrong problems::
-
-    prompt_ids       SHA-1 of the sorted extra_info.index values (which ids exist)
-    prompt_content   SHA-1 of (id, prompt messages) in id order (what each id asks)
-    model            {"path": as resolved (for messages), "fingerprint": `model_fingerprint`}
-
-The model's fingerprint hashes what the folder holds, not where it is, so a model folder that was
-moved, copied or mounted elsewhere resumes; another model, a changed config.json or tokenizer, or
-other weights are refused. A fingerprint the writing run could not take (no dataframe, no model
-path) is None, and the resume goes on unchecked, with a warning.
+The entry is the allocator's saved state (`coba_verl.records.saved_state`, the format the TRL and
+OpenRLHF glues keep too), with the rest of the current round of M prompts as its extra. Its identity
+says what the pass rates belong to (the ids, each id's prompt text as veRL's ``dataframe`` holds it,
+and the model of ``actor_rollout_ref.model.path``), so that a resume on other prompts or another model
+stops instead of attaching pass rates to the wrong problems; what the writing run could not
+fingerprint (no dataframe, no model path) is None, and the resume goes on unchecked, with a warning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import logging
 from typing import Any
 
@@ -38,7 +31,15 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.records.priors import PriorRecords, apply_priors, column_rows, configured_priors
 from coba_verl.records.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
-from coba_verl.verl_plugin.preflight import CobaRefusal, local_model_path
+from coba_verl.records.saved_state import (
+    ResumeMismatch,
+    RunIdentity,
+    model_fingerprint,
+    prompt_content_fingerprint,
+    restore_state,
+    saved_state,
+)
+from coba_verl.verl_plugin.preflight import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -57,25 +58,6 @@ _START_FRESH = (
     "trainer.default_local_dir)."
 )
 
-#: Files of a model folder whose whole contents identify the model: its configuration and the
-#: tokenizer that renders its prompts (those present are hashed).
-MODEL_FILES: tuple[str, ...] = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-#: Weight files of a model folder, identified by their size and `WEIGHT_SAMPLE` bytes from their
-#: middle (reading whole checkpoints would take minutes on a 70B model).
-WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
-WEIGHT_SAMPLE = 1 << 16
 
 
 #: The repeated-index message's hint for veRL's training set, where a row without an index reads as 0.
@@ -102,56 +84,23 @@ def prompt_id_map(dataset: Any) -> PromptIdMap:
     return PromptIdMap(dataset_index_values(dataset), repeated_hint=REPEATED_INDEX_HINT)
 
 
-def prompt_content_fingerprint(dataset: Any, prompt_ids: PromptIdMap) -> str | None:
-    """SHA-1 of every row's (tracker id, prompt messages), in id order; None without a ``dataframe``.
-
-    Changes when data re-prepared with the same indices put other problems under them.
-    """
+def prompt_texts(dataset: Any) -> list[Any] | None:
+    """Every row's prompt (``dataset.prompt_key``, messages or text) from veRL's ``dataframe``; None
+    when the dataset has no such column to read."""
     frame = getattr(dataset, "dataframe", None)
     key = getattr(dataset, "prompt_key", "prompt")
     if frame is None or not hasattr(frame, "column_names") or key not in frame.column_names:
         return None
-    ids = prompt_ids.ids(dataset_index_values(dataset))  # (N,) int64, row order
-    prompts = list(frame[key])
-    digest = hashlib.sha1()
-    for row in sorted(range(len(prompts)), key=lambda r: int(ids[r])):
-        digest.update(f"{int(ids[row])}\0".encode())
-        digest.update(json.dumps(prompts[row], sort_keys=True, default=str).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return list(frame[key])
 
 
-def model_fingerprint(model_path: str | None) -> dict[str, str] | None:
-    """``{"path", "fingerprint"}`` of ``actor_rollout_ref.model.path``; None when no path is given.
-
-    For a local folder the fingerprint is the SHA-1 of, file by file in name order, each of
-    `MODEL_FILES` present (name and contents) and each top-level weight file (`WEIGHT_SUFFIXES`:
-    name, size and the `WEIGHT_SAMPLE` bytes at its middle): what the model is, not where it lies.
-    A hub id (or a folder holding none of those files) is fingerprinted by its name. ``path`` is
-    the resolved folder or the hub id, kept for messages only.
-    """
-    if model_path is None:
-        return None
-    local = local_model_path(str(model_path))
-    path = str(local.resolve()) if local is not None else str(model_path)
-    digest = hashlib.sha1()
-    found = False
-    if local is not None and local.is_dir():
-        for file in sorted(local.iterdir(), key=lambda f: f.name):
-            if file.name in MODEL_FILES and file.is_file():
-                digest.update(f"{file.name}\0".encode() + file.read_bytes() + b"\0")
-            elif file.suffix in WEIGHT_SUFFIXES and file.is_file():
-                size = file.stat().st_size
-                with open(file, "rb") as f:
-                    f.seek(max(0, size // 2 - WEIGHT_SAMPLE // 2))
-                    sample = f.read(WEIGHT_SAMPLE)
-                digest.update(f"{file.name}\0{size}\0".encode() + sample + b"\0")
-            else:
-                continue
-            found = True
-    if not found:
-        digest.update(path.encode())
-    return {"path": path, "fingerprint": digest.hexdigest()}
+def run_identity(dataset: Any, prompt_ids: PromptIdMap, model_path: str | None) -> RunIdentity:
+    """What this run's pass rates belong to: its ids, each id's prompt, the model (`RunIdentity`)."""
+    prompts = prompt_texts(dataset)
+    content = None
+    if prompts is not None:
+        content = prompt_content_fingerprint(prompt_ids.ids(dataset_index_values(dataset)), prompts)
+    return RunIdentity(prompt_ids.fingerprint, content, model_fingerprint(model_path))
 
 
 def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:
@@ -233,8 +182,7 @@ class CobaDataLoader(StatefulDataLoader):
         super().__init__(*args, **kwargs)
         self.allocator = allocator
         self.prompt_ids = prompt_ids
-        self.prompt_content = prompt_content_fingerprint(self.dataset, prompt_ids)
-        self.model = model_fingerprint(model_path)
+        self.identity = run_identity(self.dataset, prompt_ids, model_path)
         #: Prompts already drawn and allocated (``__rollout_n__`` set) but not yet submitted: the
         #: rest of the current window of M prompts (`CobaTrainer._next_train_batch`), or None.
         self.window_rest: Any = None
@@ -268,20 +216,14 @@ class CobaDataLoader(StatefulDataLoader):
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """veRL's dataloader state plus ``{STATE_KEY: {"allocator", "prompt_ids", "prompt_content",
-        "model", "window_rest"}}``.
+        """veRL's dataloader state plus ``{STATE_KEY: saved_state(...)}`` (`coba_verl.records.saved_state`),
+        whose extra is ``{"window_rest": ...}``.
 
         ``window_rest`` keeps the prompts the data position has already passed but no submission
         has taken yet (DAPO refills), so that a resume neither drops nor redraws them.
         """
         state = super().state_dict()
-        state[STATE_KEY] = {
-            "allocator": self.allocator.state_dict(),
-            "prompt_ids": self.prompt_ids.fingerprint,
-            "prompt_content": self.prompt_content,
-            "model": self.model,
-            "window_rest": self.window_rest,
-        }
+        state[STATE_KEY] = saved_state(self.allocator, self.identity, {"window_rest": self.window_rest})
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -299,7 +241,8 @@ class CobaDataLoader(StatefulDataLoader):
 
         Raises:
             CobaRefusal: (a ValueError) the entry was written for a training set with other
-                ``extra_info.index`` values, other prompts under the same values, or another model.
+                ``extra_info.index`` values, other prompts under the same values, or another model
+                (`restore_state`).
         """
         if coba is None:
             logger.warning(
@@ -307,41 +250,10 @@ class CobaDataLoader(StatefulDataLoader):
                 STATE_KEY,
             )
             return
-        if coba["prompt_ids"] != self.prompt_ids.fingerprint:
-            raise CobaRefusal(
-                "the checkpoint's tracker was keyed by a different set of extra_info.index values than "
-                f"this run's training set (other data or filtering options). {_START_FRESH}"
+        try:
+            extra = restore_state(
+                coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
             )
-        self._check_fingerprint(
-            coba, "prompt_content", self.prompt_content,
-            "the checkpoint's pass rates belong to other prompts: this run's training set has the same "
-            "extra_info.index values but different prompt text under them (data re-prepared?), so each "
-            "pass rate would be attached to another problem.",
-        )  # fmt: skip
-        saved, mine = (coba["model"] or {}).get("path"), (self.model or {}).get("path")
-        self._check_fingerprint(
-            coba, "model", self.model,
-            f"the checkpoint was written for the model {saved!r}, but this run's "
-            f"actor_rollout_ref.model.path {mine!r} holds another model (its config.json, tokenizer "
-            "files or weights differ).",
-        )  # fmt: skip
-        self.allocator.load_state_dict(coba["allocator"])
-        self.window_rest = coba["window_rest"]
-
-    def _check_fingerprint(self, coba: dict[str, Any], key: str, mine: Any, mismatch: str) -> None:
-        """Refuse when the checkpoint's ``key`` differs from this run's; warn when the checkpoint has none."""
-        if coba[key] is None:
-            if mine is not None:
-                logger.warning(
-                    "the dataloader checkpoint has no %s fingerprint (its run had no dataframe or no model "
-                    "path to take it from): resuming without checking that it belongs to this run's %s.",
-                    key,
-                    "prompts" if key == "prompt_content" else "model",
-                )
-            return
-        if mine is None:
-            return  # this run cannot say (no dataframe, no model path): nothing to compare
-        theirs = coba[key]["fingerprint"] if key == "model" else coba[key]
-        ours = mine["fingerprint"] if key == "model" else mine
-        if theirs != ours:
-            raise CobaRefusal(f"{mismatch} {_START_FRESH}")
+        except ResumeMismatch as mismatch:
+            raise CobaRefusal(str(mismatch)) from None
+        self.window_rest = extra["window_rest"]

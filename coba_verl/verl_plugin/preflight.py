@@ -42,6 +42,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from coba_verl.cli import refuse
+from coba_verl.records.saved_state import local_model_path
 
 __all__ = [
     "CobaRefusal",
@@ -52,7 +53,6 @@ __all__ = [
     "data_files",
     "exit_on_refusal",
     "is_remote",
-    "local_model_path",
     "place_checkpoints",
     "refusals",
     "warn_resume",
@@ -218,20 +218,6 @@ def data_files(value: Any) -> list[str]:
 
 def is_remote(path: str) -> bool:
     return "://" in path  # hdfs://, s3://, ...: veRL copies them; nothing to check here
-
-
-def local_model_path(path: str) -> Path | None:
-    """The local folder ``path`` names, or None for what may be a hub id (``Qwen/Qwen2.5-7B-Instruct``).
-
-    Local-looking: absolute, ``~``, ``./`` or ``../``, or more than one ``/`` (a hub id is
-    ``org/name``), or an existing folder.
-    """
-    if is_remote(path):
-        return None
-    local = Path(path).expanduser()
-    if path.startswith(("/", "~", "./", "../")) or path.count("/") > 1 or local.is_dir():
-        return local
-    return None
 
 
 def _is_tiny(config: DictConfig) -> bool:

@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 
 from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.records.saved_state import RunIdentity
 
 
-def trainer(orl, allocator, fingerprint="f"):
+def trainer(orl, allocator, fingerprint="f", model=None):
     from coba_verl.openrlhf.trainer import CobaPPOTrainerClass
 
     obj = object.__new__(CobaPPOTrainerClass)
-    obj.allocator, obj.id_fingerprint = allocator, fingerprint
+    obj.allocator, obj.coba_id_key = allocator, "prompt_id"
+    obj.coba_identity = RunIdentity(fingerprint, "prompts", model)
     return obj
 
 
@@ -62,5 +64,13 @@ def test_resume_reproduces_the_allocations(orl, upstream_store):
 
 def test_resume_on_another_prompt_set_is_refused(orl, upstream_store):
     trainer(orl, BudgetAllocator(CobaConfig(), 6), "a").save_logs_and_checkpoints(1, {}, {"global_step": 1})
-    with pytest.raises(ValueError, match="fingerprint mismatch"):
+    with pytest.raises(ValueError, match="different set of --data.prompt_dataset column 'prompt_id' values"):
         trainer(orl, BudgetAllocator(CobaConfig(), 6), "b").init_checkpoint_states()
+
+
+def test_resume_with_another_model_is_refused(orl, upstream_store):
+    saved = {"path": "/models/a", "fingerprint": "1"}
+    trainer(orl, BudgetAllocator(CobaConfig(), 6), model=saved).save_logs_and_checkpoints(1, {}, {})
+    other = {"path": "/models/b", "fingerprint": "2"}
+    with pytest.raises(ValueError, match="model '/models/a'.*'/models/b' holds another model"):
+        trainer(orl, BudgetAllocator(CobaConfig(), 6), model=other).init_checkpoint_states()

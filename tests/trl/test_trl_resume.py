@@ -10,6 +10,7 @@ import pytest
 from transformers import TrainerCallback
 
 from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.records.saved_state import RunIdentity
 from coba_verl.trl import CobaGRPOTrainer
 from coba_verl.trl.checkpoint import STATE_FILE, RoundPlan, load_allocator, save_allocator
 
@@ -84,18 +85,24 @@ def test_kill_and_resume_reproduces_the_allocations(make_trainer, grpo_config, t
     assert resumed.allocator.tracker.steps == full.allocator.tracker.steps == len(full_rounds)
 
 
+#: A run's identity as `run_identity` gives it (ids, prompt text; a model built from a config has no path).
+IDENTITY = RunIdentity("abc", "content", None)
+
+
+def load(folder, allocator: BudgetAllocator, identity: RunIdentity):
+    return load_allocator(str(folder), allocator, identity=identity, id_column="prompt_id")
+
+
 def test_allocator_file_round_trips_and_refuses_another_training_set(tmp_path):
     allocator = BudgetAllocator(CobaConfig(), num_prompts=5)
     allocator.observe([0, 0, 3, 3, 3], [1.0, 0.0, 1.0, 1.0, 0.0])
     allocator.end_step()
     unfinished = RoundPlan(ids=np.array([3, 0, 4]), allocation=allocator.allocate([3, 0, 4], 12))
     allocator.observe([1, 1], [1.0, 1.0])  # pending, not yet committed
-    save_allocator(
-        str(tmp_path), allocator, fingerprint="abc", id_column="prompt_id", trl_step=7, unfinished=unfinished
-    )
+    save_allocator(str(tmp_path), allocator, identity=IDENTITY, trl_step=7, unfinished=unfinished)
 
     restored = BudgetAllocator(CobaConfig(), num_prompts=5)
-    resumed = load_allocator(str(tmp_path), restored, fingerprint="abc")
+    resumed = load(tmp_path, restored, IDENTITY)
     assert resumed is not None and resumed.trl_step == 7
     np.testing.assert_array_equal(resumed.unfinished.ids, unfinished.ids)
     np.testing.assert_equal(
@@ -111,10 +118,12 @@ def test_allocator_file_round_trips_and_refuses_another_training_set(tmp_path):
     assert restored.end_step() == allocator.end_step()
     np.testing.assert_array_equal(restored.allocate(ids, 20).budgets, allocator.allocate(ids, 20).budgets)
 
-    save_allocator(str(tmp_path), allocator, fingerprint="abc", id_column="prompt_id", trl_step=8)
-    assert load_allocator(str(tmp_path), restored, fingerprint="abc").unfinished is None
-    with pytest.raises(
-        ValueError, match=r"'prompt_id' ids differ from this run's \(id-map fingerprint mismatch\)"
-    ):
-        load_allocator(str(tmp_path), BudgetAllocator(CobaConfig(), num_prompts=5), fingerprint="xyz")
-    assert load_allocator(str(tmp_path / "missing"), restored, fingerprint="abc") is None
+    save_allocator(str(tmp_path), allocator, identity=IDENTITY, trl_step=8)
+    assert load(tmp_path, restored, IDENTITY).unfinished is None
+    other = BudgetAllocator(CobaConfig(), num_prompts=5)
+    with pytest.raises(ValueError, match=r"different set of train_dataset column 'prompt_id' values"):
+        load(tmp_path, other, RunIdentity("xyz", "content", None))
+    with pytest.raises(ValueError, match=r"different prompt text under them"):
+        load(tmp_path, other, RunIdentity("abc", "other", None))
+    assert other.tracker.steps == 0  # nothing was loaded before the refusal
+    assert load(tmp_path / "missing", restored, IDENTITY) is None

@@ -164,7 +164,7 @@ def test_kill_and_resume_reproduces_the_allocations(
 def test_resume_on_a_different_training_set_is_refused(small_config, tiny_tokenizer):
     trainer = build_trainer(small_config(), tiny_tokenizer)
     state = trainer.train_dataloader.state_dict()
-    state[STATE_KEY]["prompt_ids"] = PromptIdMap([1, 2, 3]).fingerprint
+    state[STATE_KEY]["identity"]["prompt_ids"] = PromptIdMap([1, 2, 3]).fingerprint
     with pytest.raises(ValueError, match="different set of extra_info.index values"):
         trainer.train_dataloader.load_state_dict(state)
 

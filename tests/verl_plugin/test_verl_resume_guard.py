@@ -141,7 +141,7 @@ def test_checkpoint_of_a_run_without_fingerprints_resumes_with_a_warning(
     run_steps(trainer, range(1, 4))
     state = trainer.train_dataloader.state_dict()
     for key in ("prompt_content", "model"):
-        state[STATE_KEY][key] = None  # its run had no dataframe and no model path
+        state[STATE_KEY]["identity"][key] = None  # its run had no dataframe and no model path
     resumed = rewrapped(build_trainer(small_config(), tiny_tokenizer), "Qwen/Qwen2.5-7B-Instruct")
     with caplog.at_level(logging.WARNING):
         resumed.load_state_dict(state)

@@ -570,7 +570,7 @@ def test_dapo_resume_reproduces_the_submissions_including_a_windows_rest(
 ):
     def window_rest(step: int):
         state = torch.load(dapo.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
-        return state[STATE_KEY]["window_rest"]
+        return state[STATE_KEY]["extra"]["window_rest"]
 
     resume_step = next(step for step in range(2, STEPS) if window_rest(step) is not None)
     config = loop_config(
