@@ -174,8 +174,8 @@ def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
     check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
 
 
-def window_size(args: Any) -> int:
-    """M, the prompts of one training window: what OpenRLHF draws per generation call."""
+def round_size(args: Any) -> int:
+    """M, the prompts of one training round: what OpenRLHF draws per generation call."""
     return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
 
 
@@ -186,24 +186,24 @@ def check_args(args: Any, coba: CobaConfig) -> None:
         ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist; ``--coba.group_weight equal`` with a
             ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
-            (``--vllm.num_engines`` unset or 0); a window of M prompts whose M * n samples no
+            (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
     if args.train.async_enable:
         raise ValueError(
             "--train.async_enable is not supported with CoBA budgets: OpenRLHF's async trainer "
-            "(trainer/ppo_trainer_async.py) runs generation in its own actor, one window ahead of training, "
-            "so the budgets of a window would be chosen before the previous window's pass rates reach the "
+            "(trainer/ppo_trainer_async.py) runs generation in its own actor, one round ahead of training, "
+            "so the budgets of a round would be chosen before the previous round's pass rates reach the "
             "tracker, and it over-samples prompts (--rollout.vllm_generate_batch_size) and resumes partial "
-            "rollouts outside the window's budget. Drop --train.async_enable (and "
+            "rollouts outside the round's budget. Drop --train.async_enable (and "
             "--train.partial_rollout_enable)."
         )
     if args.algo.dynamic_filtering_enable:
         raise ValueError(
             "--algo.dynamic_filtering_enable is not supported with CoBA budgets: OpenRLHF drops a prompt "
             "whose mean score falls outside --algo.dynamic_filtering_range and dispatches a replacement "
-            "prompt with --rollout.n_samples_per_prompt samples, outside the window's allocation, and the "
+            "prompt with --rollout.n_samples_per_prompt samples, outside the round's allocation, and the "
             "dropped group's scores never reach the tracker. CoBA already moves budget away from prompts "
             "whose groups would carry no signal; drop --algo.dynamic_filtering_enable."
         )
@@ -219,7 +219,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "engines, one request per prompt with its budget; OpenRLHF cannot generate without one "
             "(samples_generator.py indexes the engine list). Set --vllm.num_engines 1 or more."
         )
-    n, m = int(args.rollout.n_samples_per_prompt), window_size(args)
+    n, m = int(args.rollout.n_samples_per_prompt), round_size(args)
     check_budget(
         m,
         m * n,
@@ -229,7 +229,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
         low_name="--coba.min_rollouts",
         up_name="--coba.max_rollouts",
         fix=(
-            f" --rollout.n_samples_per_prompt={n} is the mean budget per prompt of a window of {m} prompts; "
+            f" --rollout.n_samples_per_prompt={n} is the mean budget per prompt of a round of {m} prompts; "
             "set it between --coba.min_rollouts and --coba.max_rollouts, or move the bounds."
         ),
     )

@@ -1,13 +1,13 @@
 """`CobaSamplesGenerator`: OpenRLHF's `SamplesGenerator` with B_i samples for prompt i.
 
 OpenRLHF 0.11.2 sends ``num_samples=n`` once per prompt (``samples_generator.py:209-236``) and cuts
-the training chunk at ``batch_size * n`` samples from a buffer (``:100, :132-133``). Here a window of
+the training chunk at ``batch_size * n`` samples from a buffer (``:100, :132-133``). Here a round of
 M prompts is drawn as upstream draws it, the core allocator splits M * n samples into budgets B_i,
 and each prompt goes to upstream's `_dispatch_prompts_to_vllm` alone with ``n_samples_per_prompt=B_i``
-(one Ray request per prompt, so each request carries exactly one group). The whole window is one
+(one Ray request per prompt, so each request carries exactly one group). The whole round is one
 training chunk: no group is split across steps. Evaluation keeps upstream's path and n.
 
-    window ids  [7, 2, 5]       budgets [6, 2, 4]   (M = 3, n = 4, sum = 12)
+    round ids  [7, 2, 5]       budgets [6, 2, 4]   (M = 3, n = 4, sum = 12)
     requests    (7, n=6) (2, n=2) (5, n=4)
     samples     [7 x6, 2 x2, 5 x4]   group [0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2]
 """
@@ -20,8 +20,8 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from coba_verl.core import BudgetAllocator
-from coba_verl.openrlhf.checks import window_size
-from coba_verl.openrlhf.groups import Window
+from coba_verl.openrlhf.checks import round_size
+from coba_verl.openrlhf.groups import Round
 
 __all__ = ["CobaSamplesGenerator", "IdentifiedPrompt", "check_group"]
 
@@ -65,27 +65,27 @@ def check_group(prompt: IdentifiedPrompt, budget: int, responses: list[dict]) ->
 
 
 class CobaSamplesGenerator(SamplesGenerator):
-    """Upstream's generator whose training windows get per-prompt budgets from ``allocator``.
+    """Upstream's generator whose training rounds get per-prompt budgets from ``allocator``.
 
     Extends `generate_samples` (same return value: samples, filter pass rate (None: dynamic
-    filtering is refused), prompts consumed, exhausted). The window it produced is `last_window`.
+    filtering is refused), prompts consumed, exhausted). The round it produced is `last_round`.
     """
 
     def __init__(self, *args, allocator: BudgetAllocator, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.allocator = allocator
-        self.last_window: Window | None = None
+        self.last_round: Round | None = None
 
     def generate_samples(self, **generate_kwargs):
         if getattr(self, "_dataloader_iter", None) is None:
             self._dataloader_iter = iter(self.prompts_dataloader)
         prompts, labels, images, exhausted = _collect_prompt_batch(
-            self._dataloader_iter, window_size(self.args)
+            self._dataloader_iter, round_size(self.args)
         )
         if exhausted:
             self._dataloader_iter = None
         if not prompts:
-            self.last_window = None
+            self.last_round = None
             return [], None, 0, exhausted
         ids = np.asarray([p.prompt_id for p in prompts], dtype=np.int64)  # (M,)
         allocation = self.allocator.allocate(ids, len(prompts) * self.args.rollout.n_samples_per_prompt)
@@ -107,5 +107,5 @@ class CobaSamplesGenerator(SamplesGenerator):
             check_group(prompt, budget, responses)
             samples.extend(self._process_response_into_experience(r, **generate_kwargs) for r in responses)
         group = np.repeat(np.arange(len(prompts)), allocation.budgets)  # [6, 2] -> [0 x6, 1 x2]
-        self.last_window = Window(ids=ids, allocation=allocation, group=group)
+        self.last_round = Round(ids=ids, allocation=allocation, group=group)
         return samples, None, len(prompts), exhausted

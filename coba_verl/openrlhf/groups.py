@@ -1,12 +1,12 @@
 """OpenRLHF's group baselines over variable groups, and the experience maker that applies them.
 
-OpenRLHF 0.11.2 groups a window's rewards with ``rewards.reshape(-1, n)``
+OpenRLHF 0.11.2 groups a round's rewards with ``rewards.reshape(-1, n)``
 (``trainer/ppo_utils/experience_maker.py:256-274``). With budgets [6, 2] that reshape mixes the two
 groups silently. `grouped_rewards` computes the same four baselines per group of any size, and
 `CobaExperienceMaker` then scales each sample's advantage by ``coba.group_weight``'s factor
 (`coba_verl.core.group_weight.rollout_weights`, the rule veRL's and TRL's glue apply too)::
 
-    group  [0, 0, 0, 0, 0, 0, 1, 1]         (N,) group of each sample, from the window's budgets [6, 2]
+    group  [0, 0, 0, 0, 0, 0, 1, 1]         (N,) group of each sample, from the round's budgets [6, 2]
     mean   [m0, m0, m0, m0, m0, m0, m1, m1]  (N,) that group's mean, std and sum the same way
 """
 
@@ -25,15 +25,15 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from coba_verl.core.group_weight import rollout_weights
 
-__all__ = ["CobaExperienceMaker", "Window", "grouped_rewards"]
+__all__ = ["CobaExperienceMaker", "Round", "grouped_rewards"]
 
 #: The estimators whose baseline is a statistic of the prompt's group (OpenRLHF's list).
 GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "reinforce_baseline", "rloo")
 
 
 @dataclass
-class Window:
-    """One training window: its prompts, their budgets and the group of every sample.
+class Round:
+    """One training round: its prompts, their budgets and the group of every sample.
 
     Attributes:
         ids: (M,) int64 tracker ids, in dispatch order.
@@ -107,18 +107,18 @@ def _without_group_step(args: Any) -> Iterator[None]:
 
 
 class CobaExperienceMaker(RemoteExperienceMaker):
-    """`RemoteExperienceMaker` whose group statistics follow the window's groups (OpenRLHF 0.11.2).
+    """`RemoteExperienceMaker` whose group statistics follow the round's groups (OpenRLHF 0.11.2).
 
-    The trainer sets `window` before each step and `group_weight` once. Extends `make_experience`
+    The trainer sets `round` before each step and `group_weight` once. Extends `make_experience`
     (records each sample's raw score, for the tracker) and `compute_advantages_and_returns`
-    (per-group baselines, then the group weight). A window of uniform budgets goes through
+    (per-group baselines, then the group weight). A round of uniform budgets goes through
     upstream's method unchanged (its ``equal`` factors are all exactly 1).
     """
 
-    window: Window | None = None
+    round: Round | None = None
     #: ``coba.group_weight``: ``equal`` multiplies each sample's advantage by (N / M) / B_g.
     group_weight: str = "tokens"
-    #: (N,) raw score of each sample (``scores`` when the reward gives them, else ``rewards``) in window
+    #: (N,) raw score of each sample (``scores`` when the reward gives them, else ``rewards``) in round
     #: order, filled by `make_experience`.
     raw_scores: np.ndarray | None = None
 
@@ -137,16 +137,16 @@ class CobaExperienceMaker(RemoteExperienceMaker):
         return self._weight_groups(self._grouped_advantages(experiences))
 
     def _weight_groups(self, experiences):
-        """Each sample's advantage times `rollout_weights` of the window's groups (after whitening).
+        """Each sample's advantage times `rollout_weights` of the round's groups (after whitening).
 
-        N samples and M prompts in the window, B_g the budget of sample's prompt g: under ``equal``
+        N samples and M prompts in the round, B_g the budget of sample's prompt g: under ``equal``
         every group's factors sum to N / M. ``returns`` stay as computed (a critic, under ``gae``,
         learns unweighted returns). Nothing is touched when every factor is 1.
         """
-        window = self.window
-        if window is None or self.group_weight == "tokens":
+        current = self.round
+        if current is None or self.group_weight == "tokens":
             return experiences
-        weights = rollout_weights(window.group, self.group_weight)  # (N,) in window order
+        weights = rollout_weights(current.group, self.group_weight)  # (N,) in round order
         if bool(np.all(weights == 1.0)):
             return experiences
         for experience in experiences:
@@ -156,9 +156,9 @@ class CobaExperienceMaker(RemoteExperienceMaker):
         return experiences
 
     def _grouped_advantages(self, experiences):
-        window, args = self.window, self.strategy.args
+        current, args = self.round, self.strategy.args
         n = args.rollout.n_samples_per_prompt
-        if window is None or bool(np.all(window.budgets == n)):
+        if current is None or bool(np.all(current.budgets == n)):
             return super().compute_advantages_and_returns(experiences)  # [n, n, ...] is upstream's reshape
         for experience in experiences:  # as upstream: at least FP32, then the length penalties
             experience.rewards = experience.rewards.to(
@@ -167,7 +167,7 @@ class CobaExperienceMaker(RemoteExperienceMaker):
         apply_length_penalties(experiences, args)
         index = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))  # (N,)
         rewards = torch.cat([e.rewards for e in experiences])  # (N,) in experience order
-        group = torch.as_tensor(window.group, dtype=torch.long)[index]  # (N,)
+        group = torch.as_tensor(current.group, dtype=torch.long)[index]  # (N,)
         shaped, std = grouped_rewards(rewards, group, args.algo.advantage.estimator)
         sizes = [len(e.index) for e in experiences]
         for experience, part, part_std in zip(

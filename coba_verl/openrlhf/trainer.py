@@ -6,10 +6,10 @@
 again. After upstream's ``__init__`` it installs:
 
     samples_generator  `CobaSamplesGenerator` (one request per prompt with n = B_i)
-    experience_maker   `CobaExperienceMaker` (group baselines over the window's groups)
+    experience_maker   `CobaExperienceMaker` (group baselines over the round's groups)
     allocator          the core `BudgetAllocator`, keyed by the prompt dataset's ``--coba.id_key``
 
-and extends three `BasePPOTrainer` methods: `train_step` (feeds the tracker with the window's raw
+and extends three `BasePPOTrainer` methods: `train_step` (feeds the tracker with the round's raw
 scores and adds the ``coba/...`` metrics to the step's status, which OpenRLHF logs to wandb /
 tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's saved state, in the
 format every glue keeps, `coba_verl.records.saved_state`, goes into the actor checkpoint's
@@ -161,14 +161,17 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         self.experience_maker.group_weight = self.coba_config.group_weight
 
     def train_step(self, rollout_samples, global_step):
-        window = self.samples_generator.last_window
-        self.experience_maker.window = window
+        current = self.samples_generator.last_round
+        self.experience_maker.round = current
         status, next_step = super().train_step(rollout_samples, global_step)
-        rollout_ids = window.ids[window.group]  # (N,) tracker id of each sample
+        rollout_ids = current.ids[current.group]  # (N,) tracker id of each sample
         self.allocator.observe(rollout_ids, self.experience_maker.raw_scores)
-        status.update(step_metrics(window.allocation, self.allocator.end_step()))
+        status.update(step_metrics(current.allocation, self.allocator.end_step()))
         logger.info(
-            "coba step %d: tracker ids %s budgets %s", next_step, window.ids.tolist(), window.budgets.tolist()
+            "coba step %d: tracker ids %s budgets %s",
+            next_step,
+            current.ids.tolist(),
+            current.budgets.tolist(),
         )
         return status, next_step
 

@@ -154,7 +154,7 @@ def user_batch(config: DictConfig) -> tuple[int, int]:
 
 
 def check_v1_mode(config: DictConfig) -> None:
-    """Refuse V1 modes whose steps do not train whole allocation windows (veRL 0.9.1 line numbers).
+    """Refuse V1 modes whose steps do not train whole allocation rounds (veRL 0.9.1 line numbers).
 
     Raises:
         ValueError: ``trainer.v1.trainer_mode`` other than sync; ``parameter_sync_step > 1``.

@@ -184,8 +184,8 @@ class CobaDataLoader(StatefulDataLoader):
         self.prompt_ids = prompt_ids
         self.identity = run_identity(self.dataset, prompt_ids, model_path)
         #: Prompts already drawn and allocated (``__rollout_n__`` set) but not yet submitted: the
-        #: rest of the current window of M prompts (`CobaTrainer._next_train_batch`), or None.
-        self.window_rest: Any = None
+        #: rest of the current round of M prompts (`CobaTrainer._next_train_batch`), or None.
+        self.round_rest: Any = None
 
     @classmethod
     def wrap(
@@ -217,17 +217,17 @@ class CobaDataLoader(StatefulDataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """veRL's dataloader state plus ``{STATE_KEY: saved_state(...)}`` (`coba_verl.records.saved_state`),
-        whose extra is ``{"window_rest": ...}``.
+        whose extra is ``{"round_rest": ...}``.
 
-        ``window_rest`` keeps the prompts the data position has already passed but no submission
+        ``round_rest`` keeps the prompts the data position has already passed but no submission
         has taken yet (DAPO refills), so that a resume neither drops nor redraws them.
         """
         state = super().state_dict()
-        state[STATE_KEY] = saved_state(self.allocator, self.identity, {"window_rest": self.window_rest})
+        state[STATE_KEY] = saved_state(self.allocator, self.identity, {"round_rest": self.round_rest})
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the allocator and the window's rest now, the data position lazily (as torchdata does).
+        """Restore the allocator and the round's rest now, the data position lazily (as torchdata does).
 
         A ``data.pt`` written by stock veRL (no CoBA-RL entry) restores the data position and
         starts the tracker empty, with a warning.
@@ -256,4 +256,4 @@ class CobaDataLoader(StatefulDataLoader):
             )
         except ResumeMismatch as mismatch:
             raise CobaRefusal(str(mismatch)) from None
-        self.window_rest = extra["window_rest"]
+        self.round_rest = extra["round_rest"]

@@ -11,11 +11,11 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
                              groups DAPO evicts or discards to the tracker before clearing them and,
                              under DAPO with budgets, trains exactly M * rollout.n rollouts a step
                              (`trained_budget`; the sessions it cuts go to the tracker too).
-``_next_train_batch``        prompts in sampler order, allocated a window of M = train_batch_size
+``_next_train_batch``        prompts in sampler order, allocated a round of M = train_batch_size
                              at a time: B = allocate(ids, M * rollout.n), ``batch["__rollout_n__"]
                              = B`` (int64), which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as
                              n per prompt. A submission (one per step, plus DAPO's refills of any
-                             size) takes the next prompts of the current window, so every window
+                             size) takes the next prompts of the current round, so every round
                              spends exactly M * rollout.n rollouts however it is submitted.
 ``_submit_batch_to_rollout`` remembers each submitted group's (tracker id, B_i), then submits.
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid); with
@@ -32,7 +32,7 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 ``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
                              for the next step) and the ``coba/`` metrics. ``fit()`` writes the
                              checkpoint after ``step`` returns, so data.pt holds the updated tracker
-                             and the unsubmitted rest of the current window.
+                             and the unsubmitted rest of the current round.
 
 One step, M = 3 prompts, rollout.n = 4::
 
@@ -197,7 +197,7 @@ class CobaTrainer(PPOTrainerSync):
         # trains, evicts or discards every group of a step within the step (none outlives it).
         self._pending: dict[str, tuple[int, int]] = {}
         self._trimmed: Counter = Counter()  # uid -> sessions the buffer cut from a trained group
-        self._allocations: list[Allocation] = []  # windows allocated this step
+        self._allocations: list[Allocation] = []  # rounds allocated this step
         self._counts: Counter = Counter()  # this step's generated / evicted / failed rollouts
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
         super().__init__(config)  # builds the replay buffer, which needs the fields above
@@ -245,9 +245,9 @@ class CobaTrainer(PPOTrainerSync):
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
         """The next ``num_prompts`` prompts (default M) in sampler order, each with its ``__rollout_n__``.
 
-        Prompts are drawn and allocated a window of M = ``data.train_batch_size`` at a time; the
-        window's unsubmitted rest waits in the dataloader (and in its checkpoint state) for the
-        next submission, which is how DAPO's refills of k prompts belong to the window they are
+        Prompts are drawn and allocated a round of M = ``data.train_batch_size`` at a time; the
+        round's unsubmitted rest waits in the dataloader (and in its checkpoint state) for the
+        next submission, which is how DAPO's refills of k prompts belong to the round they are
         drawn in.
         """
         m = int(self.config.data.train_batch_size)
@@ -255,13 +255,13 @@ class CobaTrainer(PPOTrainerSync):
         loader = self.train_dataloader
         parts = []
         while wanted > 0:
-            if loader.window_rest is None:
-                loader.window_rest = self._allocate_window(super()._next_train_batch(m))
-            window = loader.window_rest
-            take = min(wanted, len(window))
-            parts.append(tu.index_select_tensor_dict(window, list(range(take))))
-            rest = list(range(take, len(window)))
-            loader.window_rest = tu.index_select_tensor_dict(window, rest) if rest else None
+            if loader.round_rest is None:
+                loader.round_rest = self._allocate_round(super()._next_train_batch(m))
+            drawn = loader.round_rest
+            take = min(wanted, len(drawn))
+            parts.append(tu.index_select_tensor_dict(drawn, list(range(take))))
+            rest = list(range(take, len(drawn)))
+            loader.round_rest = tu.index_select_tensor_dict(drawn, rest) if rest else None
             wanted -= take
         batch = parts[0] if len(parts) == 1 else tu.concat_tensordict(parts)
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
@@ -312,9 +312,9 @@ class CobaTrainer(PPOTrainerSync):
         tracker_metrics = self.allocator.end_step()
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
-        else:  # a DAPO step that only submitted the rest of an earlier window
+        else:  # a DAPO step that only submitted the rest of an earlier round
             metrics.update(tracker_metrics)
-        metrics[PREFIX + "windows"] = float(len(self._allocations))
+        metrics[PREFIX + "rounds"] = float(len(self._allocations))
         for name in STEP_COUNTS:
             metrics[PREFIX + name] = float(self._counts[name])
         self._allocations.clear()
@@ -345,16 +345,16 @@ class CobaTrainer(PPOTrainerSync):
         logger.info(step_line(global_steps, metrics, HELD_OUT_PREFIX))
 
     # ------------------------------------------------------------------ helpers
-    def _allocate_window(self, window: TensorDict) -> TensorDict:
-        """Set ``window["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
+    def _allocate_round(self, prompts: TensorDict) -> TensorDict:
+        """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
         start = time.perf_counter()
-        ids = self.train_dataloader.prompt_ids.ids(list(window["index"]))  # (M,) tracker ids
+        ids = self.train_dataloader.prompt_ids.ids(list(prompts["index"]))  # (M,) tracker ids
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        allocation = self.allocator.allocate(ids, len(window) * rollout_n)
-        window["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
+        allocation = self.allocator.allocate(ids, len(prompts) * rollout_n)
+        prompts["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
         self._allocations.append(allocation)
         self._plugin_time_s += time.perf_counter() - start
-        return window
+        return prompts
 
     def _weight_advantages(self, batch: KVBatchMeta) -> KVBatchMeta:
         """Multiply the advantages veRL wrote to TransferQueue by `group_weight_of_keys`, in place.

@@ -266,7 +266,7 @@ UNIFORM_STEP = {"coba/trained_rollouts": M * N, "coba/trained_rows": M * N, "cob
                 "coba/optimizer_steps": 2}  # fmt: skip
 
 
-def test_dapo_dynamic_sampling_trains_m_times_n_rollouts_with_signal_from_windows_of_m_times_n(dapo_run):
+def test_dapo_dynamic_sampling_trains_m_times_n_rollouts_with_signal_from_rounds_of_m_times_n(dapo_run):
     out, steps = dapo_run
     assert [s["step"] for s in steps] == [1, 2, 3]
     for s in steps:
@@ -286,10 +286,10 @@ def test_dapo_dynamic_sampling_trains_m_times_n_rollouts_with_signal_from_window
         )
         cleared = [f"training/filter_groups/{k}" for k in ("evicted_samples", "discarded_surplus_samples")]
         assert s["coba/evicted_groups"] == sum(s.get(key, 0) for key in cleared) > 0
-        if s["coba/windows"] > 0:
+        if s["coba/rounds"] > 0:
             assert s["coba/budget_mean"] == N
-    assert sum(s["coba/windows"] for s in steps) >= 4  # more prompts drawn than the steps train
-    assert max(s["coba/budget_std"] for s in steps if s["coba/windows"] > 0) > 0  # CoBA after epoch 1
+    assert sum(s["coba/rounds"] for s in steps) >= 4  # more prompts drawn than the steps train
+    assert max(s["coba/budget_std"] for s in steps if s["coba/rounds"] > 0) > 0  # CoBA after epoch 1
 
 
 @pytest.mark.e2e_extended  # one more run of about 2 minutes
@@ -412,7 +412,7 @@ LAYOUT_UNIFORM_STEP = {"coba/trained_rollouts": 256, "coba/trained_rows": 256, "
 
 def layout_run(tiny: Path, out: Path, *overrides: str) -> SimpleNamespace:
     """The layout run with every request logged by the hf servers. One prompt's prior pass rate is
-    0.5 and every other's 0, so the window holding it gives it B_up = 128 (the others 8 or 9)."""
+    0.5 and every other's 0, so the round holding it gives it B_up = 128 (the others 8 or 9)."""
     import pyarrow.parquet as pq
 
     from coba_verl.cpu.rollout import REQUEST_LOG_ENV

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STEP = re.compile(r"coba step (\d+): tracker ids \[([\d, ]*)\] budgets \[([\d, ]*)\]")
 
 
-def windows(output: str) -> dict[int, dict[int, int]]:
+def rounds(output: str) -> dict[int, dict[int, int]]:
     """step -> {tracker id: budget}, from the trainer's one line per step."""
     out = {}
     for step, ids, budgets in STEP.findall(output):
@@ -97,7 +97,7 @@ def test_uniform_budgets_train_exactly_as_upstream_openrlhf(uniform_and_upstream
 
 def test_coba_run_trains_with_per_prompt_budgets(coba_run):
     out, _, _, log = coba_run
-    steps = windows(log)
+    steps = rounds(log)
     assert sorted(steps) == [1, 2, 3]
     assert list(steps[1].values()) == [4, 4, 4, 4]  # no history yet: uniform (spec §2)
     for budgets in steps.values():
@@ -126,14 +126,14 @@ def test_resume_from_a_checkpoint_reproduces_the_allocations(coba_run, tiny_run,
     resumed_flags[resumed_flags.index("--ckpt.output_dir") + 1] = str(tmp_path / "final")
     proc = tiny_run.launch(resumed_flags)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    again = windows(proc.stdout + proc.stderr)
+    again = rounds(proc.stdout + proc.stderr)
     assert sorted(again) == [2, 3]
-    first = windows(log)
+    first = rounds(log)
     assert again == {2: first[2], 3: first[3]}
 
 
 @pytest.mark.e2e_extended  # a third launch, about 1.5 min: CI runs the seeding unit test instead
-def test_a_run_with_a_prior_file_allocates_its_first_window_from_it(tiny_run, tmp_path):
+def test_a_run_with_a_prior_file_allocates_its_first_round_from_it(tiny_run, tmp_path):
     """Priors of the labels' true pass rates (always 1, never 0, even about 1/2): step 1 moves budget
     from the solved and unsolvable prompts to the two in between, as from step 2 without priors."""
     inputs = tiny_run.write_inputs(tmp_path / "inputs")
@@ -147,6 +147,6 @@ def test_a_run_with_a_prior_file_allocates_its_first_window_from_it(tiny_run, tm
     proc = tiny_run.launch(flags)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    [first] = windows(log).values()  # tracker id -> budget; ids 0-3 are prompt_ids 10-13 (sorted)
+    [first] = rounds(log).values()  # tracker id -> budget; ids 0-3 are prompt_ids 10-13 (sorted)
     assert sum(first.values()) == 16 and first != {0: 4, 1: 4, 2: 4, 3: 4}
     assert first[2] > first[0] and first[3] > first[1]

@@ -47,11 +47,11 @@ def maker(cls, args):
     return cls(None, None, None, None, FixedKLController(0.0), SimpleNamespace(args=args), None)
 
 
-def window(budgets: list[int]):
-    from coba_verl.openrlhf.groups import Window
+def round_of(budgets: list[int]):
+    from coba_verl.openrlhf.groups import Round
 
     b = np.asarray(budgets)
-    return Window(
+    return Round(
         ids=np.arange(b.size), allocation=SimpleNamespace(budgets=b), group=np.repeat(np.arange(b.size), b)
     )
 
@@ -73,7 +73,7 @@ def test_grouped_path_on_equal_groups_gives_upstreams_advantages(orl, estimator)
     )
     args = make_args(estimator, 3)  # 12 samples = 4 prompts x 3, but budgets [4, 4, 4]
     ours = maker(CobaExperienceMaker, args)
-    ours.window = window([4, 4, 4])
+    ours.round = round_of([4, 4, 4])
     got = ours.compute_advantages_and_returns(make_experiences(rewards))
     torch.testing.assert_close(advantages(got), advantages(expected), rtol=0, atol=1e-6)
     torch.testing.assert_close(
@@ -85,7 +85,7 @@ def test_grouped_path_on_equal_groups_gives_upstreams_advantages(orl, estimator)
 
 @pytest.mark.parametrize("group_weight", ["tokens", "equal"])  # equal: every factor is exactly 1
 @pytest.mark.parametrize("estimator", ESTIMATORS)
-def test_uniform_window_is_upstreams_method_unchanged(orl, estimator, group_weight):
+def test_uniform_round_is_upstreams_method_unchanged(orl, estimator, group_weight):
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 
     from coba_verl.openrlhf.groups import CobaExperienceMaker
@@ -95,7 +95,7 @@ def test_uniform_window_is_upstreams_method_unchanged(orl, estimator, group_weig
         make_experiences(rewards)
     )
     ours = maker(CobaExperienceMaker, make_args(estimator, 4))
-    ours.window, ours.group_weight = window([4, 4]), group_weight
+    ours.round, ours.group_weight = round_of([4, 4]), group_weight
     got = ours.compute_advantages_and_returns(make_experiences(rewards))
     assert torch.equal(torch.cat([e.advantages for e in got]), torch.cat([e.advantages for e in expected]))
 
@@ -108,7 +108,7 @@ def test_variable_groups_are_centred_per_group_where_upstream_is_not(orl):
 
     rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]  # group 0: 6 samples, p = 1/2; group 1: [0, 1]
     ours = maker(CobaExperienceMaker, make_args("group_norm", 4))
-    ours.window = window([6, 2])
+    ours.round = round_of([6, 2])
     adv = advantages(ours.compute_advantages_and_returns(make_experiences(rewards)))
     for part in (adv[:6], adv[6:]):
         assert abs(float(part.mean())) < 1e-6
@@ -129,10 +129,10 @@ def test_equal_group_weight_scales_each_groups_advantages_to_the_same_total(orl)
 
     rewards = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     plain = maker(CobaExperienceMaker, make_args("dr_grpo", 4))
-    plain.window = window([6, 2])
+    plain.round = round_of([6, 2])
     expected = advantages(plain.compute_advantages_and_returns(make_experiences(rewards)))
     ours = maker(CobaExperienceMaker, make_args("dr_grpo", 4))
-    ours.window, ours.group_weight = window([6, 2]), "equal"
+    ours.round, ours.group_weight = round_of([6, 2]), "equal"
     got = ours.compute_advantages_and_returns(make_experiences(rewards))
     factors = torch.tensor([4 / 6] * 6 + [4 / 2] * 2)
     torch.testing.assert_close(advantages(got), expected * factors)
@@ -151,7 +151,7 @@ def test_rloo_over_variable_groups_is_leave_one_out(orl):
     torch.testing.assert_close(std, torch.tensor([r[:3].std()] * 3 + [0.0, 0.0]))
 
 
-def test_make_experience_records_raw_scores_in_window_order(orl, monkeypatch):
+def test_make_experience_records_raw_scores_in_round_order(orl, monkeypatch):
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 
     from coba_verl.openrlhf.groups import CobaExperienceMaker

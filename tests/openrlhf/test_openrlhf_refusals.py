@@ -30,11 +30,11 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
 @pytest.mark.parametrize(
     ("extra", "flag", "why"),
     [
-        (["--train.async_enable"], "--train.async_enable", "one window ahead of training"),
+        (["--train.async_enable"], "--train.async_enable", "one round ahead of training"),
         (
             ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1"],
             "--algo.dynamic_filtering_enable",
-            "outside the window's allocation",
+            "outside the round's allocation",
         ),
         (["--vllm.num_engines", "0"], "--vllm.num_engines=0", "Set --vllm.num_engines 1 or more"),
         (["--coba.max_rollouts", "3"], "--coba.max_rollouts=3", "mean budget per prompt"),
@@ -116,7 +116,7 @@ def test_priors_seed_the_tracker_from_the_prompt_column_and_a_file_keyed_by_its_
     assert applied["prior_prompts"] == 3
     result = allocator.allocate(ids, 12)  # rows in dataset order: ids of 7, 3, 5
     assert result.pass_rates.tolist() == [0.25, 0.5, 0.0]  # 7 from its row; 3 and 5 from the file
-    assert len(set(result.budgets.tolist())) > 1  # the first window is not uniform
+    assert len(set(result.budgets.tolist())) > 1  # the first round is not uniform
     assert seed_from_table(allocator.tracker, id_map, None, None, 8, rows, "prompt_id") is None
 
 

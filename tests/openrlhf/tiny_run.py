@@ -8,7 +8,7 @@
 
 `launch` runs ``python -m coba_verl.openrlhf.train`` (or OpenRLHF's own CLI) in a subprocess whose
 PYTHONPATH holds the OpenRLHF folder and ``tests/openrlhf/scaffold`` (vLLM / flash-attn import stubs,
-CUDA shims, stand-in rollout actor). Every window holds the four prompts: M = 4, n = 4.
+CUDA shims, stand-in rollout actor). Every round holds the four prompts: M = 4, n = 4.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def write_inputs(folder: Path, rows: list[dict] = ROWS) -> dict[str, Path]:
 def openrlhf_flags(
     inputs: dict[str, Path], out: Path, *, episodes: int = 3, estimator: str = "group_norm"
 ) -> list[str]:
-    """OpenRLHF's flags for a CPU GRPO run over the four prompts: one window (4 prompts x 4) per step."""
+    """OpenRLHF's flags for a CPU GRPO run over the four prompts: one round (4 prompts x 4) per step."""
     return [
         "--actor.model_name_or_path", str(inputs["model"]),
         "--reward.remote_url", str(inputs["reward"]),

@@ -504,8 +504,8 @@ def logged_steps(path) -> dict[int, dict]:
     return {e["step"]: e["data"] for e in map(json.loads, path.read_text().splitlines())}
 
 
-def windows_of(submissions: list[dict]) -> list[list[tuple[int, int]]]:
-    """Every submitted (extra_info.index, B_i) in submission order, cut into windows of M prompts."""
+def rounds_of(submissions: list[dict]) -> list[list[tuple[int, int]]]:
+    """Every submitted (extra_info.index, B_i) in submission order, cut into rounds of M prompts."""
     drawn = [pair for s in submissions for pair in zip(s["index"], s["budgets"], strict=True)]
     return [drawn[i : i + PROMPTS_PER_STEP] for i in range(0, len(drawn), PROMPTS_PER_STEP)]
 
@@ -525,18 +525,18 @@ def dapo(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
     return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
 
 
-def test_dapo_refills_take_the_rest_of_their_window_and_every_window_spends_m_times_n(dapo):
+def test_dapo_refills_take_the_rest_of_their_round_and_every_round_spends_m_times_n(dapo):
     submissions = dapo.manager.submissions
     assert len(submissions) > STEPS  # DAPO evicted groups and refilled them one prompt at a time
     assert any(len(s["index"]) < PROMPTS_PER_STEP for s in submissions)
-    windows = windows_of(submissions)
-    rest = dapo.trainer.train_dataloader.window_rest  # drawn and allocated, not yet submitted
+    rounds = rounds_of(submissions)
+    rest = dapo.trainer.train_dataloader.round_rest  # drawn and allocated, not yet submitted
     if rest is not None:
-        windows[-1] += list(zip(map(int, rest["index"]), rest["__rollout_n__"].tolist(), strict=True))
-    for window in windows:
-        assert len(window) == PROMPTS_PER_STEP
-        assert sum(budget for _, budget in window) == PROMPTS_PER_STEP * ROLLOUT_N
-    assert any(len({budget for _, budget in window}) > 1 for window in windows)  # CoBA, not uniform
+        rounds[-1] += list(zip(map(int, rest["index"]), rest["__rollout_n__"].tolist(), strict=True))
+    for drawn in rounds:
+        assert len(drawn) == PROMPTS_PER_STEP
+        assert sum(budget for _, budget in drawn) == PROMPTS_PER_STEP * ROLLOUT_N
+    assert any(len({budget for _, budget in drawn}) > 1 for drawn in rounds)  # CoBA, not uniform
 
 
 def test_groups_dapo_evicts_feed_the_tracker(dapo):
@@ -565,14 +565,14 @@ def test_dapo_metrics_count_generated_and_evicted_rollouts(dapo):
     assert sum(dapo.logged[step]["coba/evicted_groups"] for step in dapo.logged if step) > 0
 
 
-def test_dapo_resume_reproduces_the_submissions_including_a_windows_rest(
+def test_dapo_resume_reproduces_the_submissions_including_a_rounds_rest(
     dapo, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
 ):
-    def window_rest(step: int):
+    def round_rest(step: int):
         state = torch.load(dapo.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
-        return state[STATE_KEY]["extra"]["window_rest"]
+        return state[STATE_KEY]["extra"]["round_rest"]
 
-    resume_step = next(step for step in range(2, STEPS) if window_rest(step) is not None)
+    resume_step = next(step for step in range(2, STEPS) if round_rest(step) is not None)
     config = loop_config(
         small_config, dapo.ckpt, *DAPO, "trainer.resume_mode=resume_path", "trainer.save_freq=-1",
         f"trainer.resume_from_path={dapo.ckpt / f'global_step_{resume_step}'}",
@@ -747,12 +747,12 @@ def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update
     assert sum(dapo.logged[step]["coba/trimmed_rollouts"] for step in range(1, STEPS + 1)) > 0
 
 
-def test_token_budget_keeps_each_windows_tokens_and_veRL_trains_what_it_generated(
+def test_token_budget_keeps_each_rounds_tokens_and_veRL_trains_what_it_generated(
     transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
 ):
     """``coba.budget_unit=tokens``: prompts with even indices answer in two outputs (longer sessions),
-    so once lengths are known their rollouts cost more; each window's sum_i B_i L_i stays within
-    n sum_i L_i, the rollouts per window vary, and every generated session is trained (no DAPO)."""
+    so once lengths are known their rollouts cost more; each round's sum_i B_i L_i stays within
+    n sum_i L_i, the rollouts per round vary, and every generated session is trained (no DAPO)."""
     trainer, manager = fit(
         loop_config(small_config, tmp_path / "ckpt", "coba.budget_unit=tokens", "trainer.save_freq=-1"),
         tiny_tokenizer,
