@@ -46,13 +46,13 @@ except ModuleNotFoundError as err:
     ) from err
 import torch
 
+from coba_verl.arithmetic.hf_dataset import arithmetic_dataset, exact_answer_reward
 from coba_verl.arithmetic.model import ModelSpec, build_model_for
 from coba_verl.arithmetic.task import make_splits
 from coba_verl.arithmetic.tokenizer import transformers_tokenizer
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import CobaConfig
 from coba_verl.trl import CobaGRPOTrainer  # CoBA-RL: instead of `from trl import GRPOTrainer`
-from coba_verl.trl.arithmetic import arithmetic_dataset, exact_answer_reward
 
 logger = logging.getLogger("trl_grpo_coba")
 

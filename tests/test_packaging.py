@@ -325,7 +325,7 @@ assert loaded <= {"coba_verl", "numpy"}, loaded
 """
 _TRL = """
 import importlib.util, sys, tempfile
-import coba_verl, coba_verl.core, coba_verl.trl.arithmetic
+import coba_verl, coba_verl.core, coba_verl.arithmetic.hf_dataset
 from coba_verl.trl import CobaGRPOTrainer
 for absent in ("verl", "hydra", "ray"):
     assert importlib.util.find_spec(absent) is None, absent + " is installed"

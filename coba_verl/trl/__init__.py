@@ -8,7 +8,8 @@ Needs the ``trl`` extra (``pip install torch==2.13.0 -e ".[trl]"`` in a clone, T
     groups      collapse / expand rows, TRL's advantage over variable groups.
     checks      the refused configurations; prompt ids from the id column.
     checkpoint  the allocator's side file in TRL's checkpoint folder.
-    arithmetic  the CPU lab's arithmetic task, tokenizer and tiny Qwen2 in TRL's terms.
+
+The example's task as a dataset TRL takes is `coba_verl.arithmetic.hf_dataset`.
 """
 
 from coba_verl.trl.trainer import DEFAULT_ID_COLUMN, CobaGRPOTrainer

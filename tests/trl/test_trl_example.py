@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from coba_verl.arithmetic.hf_dataset import arithmetic_dataset
 from coba_verl.arithmetic.task import make_splits
 from coba_verl.trl import CobaGRPOTrainer
-from coba_verl.trl.arithmetic import arithmetic_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "trl_grpo_coba.py"

@@ -1,7 +1,7 @@
-"""The arithmetic task in TRL's terms: a dataset and a reward function.
+"""The arithmetic task as a HuggingFace dataset and a reward function of completions.
 
-The task, the tokenizer and the model are `coba_verl.arithmetic`'s (the lab's too); this module
-only changes the packaging to what `GRPOTrainer` takes:
+The task, the tokenizer and the model are this package's (the lab's too); this module only changes
+the packaging to what TRL's `GRPOTrainer` takes:
 
     arithmetic Split (prompts, answers, levels, ids)  ->  datasets.Dataset
         {"prompt": "47*8=", "answer": "376", "level": 3, "prompt_id": 17}
@@ -19,20 +19,19 @@ from typing import Any
 from datasets import Dataset
 
 from coba_verl.arithmetic.task import Split, verify
-from coba_verl.trl.checks import DEFAULT_ID_COLUMN
 
 __all__ = ["arithmetic_dataset", "exact_answer_reward"]
 
 
-def arithmetic_dataset(split: Split) -> Dataset:
-    """A split as a TRL prompt-only dataset: ``prompt``, ``answer``, ``level`` and the stable id
-    column `DEFAULT_ID_COLUMN` (``prompt_id``)."""
+def arithmetic_dataset(split: Split, id_column: str = "prompt_id") -> Dataset:
+    """A split as a prompt-only dataset: ``prompt``, ``answer``, ``level`` and the stable id column
+    ``id_column`` (``prompt_id``, the column `CobaGRPOTrainer` reads by default)."""
     return Dataset.from_dict(
         {
             "prompt": list(split.prompts),
             "answer": list(split.answers),
             "level": split.levels.tolist(),
-            DEFAULT_ID_COLUMN: split.ids.tolist(),  # `CobaGRPOTrainer`'s default id column
+            id_column: split.ids.tolist(),
         }
     )
 
