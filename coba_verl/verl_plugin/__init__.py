@@ -23,3 +23,10 @@ Prompt ids (``extra_info.index`` -> tracker ids) and priors are the shared recor
 
 This package file imports nothing heavy; import the submodules you need.
 """
+
+import warnings
+
+# veRL warns on import for every optional engine not installed (torchtitan, veomni, megatron, ...):
+# 10 lines before any message of ours, none of them relevant to a run (`coba-verl train` and
+# `estimate` import this package before veRL; Ray workers: cpu.launcher).
+warnings.filterwarnings("ignore", category=UserWarning, module="verl.workers.engine")

@@ -231,6 +231,7 @@ def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
 
     with preflight.refusals():
         configure(config, request)
+        preflight.check_data_files(config)  # before the training files are read just below
     expected = training_indices(config)
     prompts = len(expected) if expected is not None else None
     limit = int(config.data.get("val_max_samples", -1) or -1)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import warnings
 
 import hydra
 from omegaconf import DictConfig, open_dict
@@ -35,9 +34,6 @@ from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
 
 logger = logging.getLogger(__name__)
 
-# veRL warns on import for every optional engine not installed (torchtitan, veomni, megatron, ...):
-# 10 lines before any message of ours, none of them relevant to a run (Ray workers: cpu.launcher).
-warnings.filterwarnings("ignore", category=UserWarning, module="verl.workers.engine")
 
 #: Name of our entry point in the ``verl.plugins`` group (see pyproject.toml).
 PLUGIN_NAME = "coba_verl"

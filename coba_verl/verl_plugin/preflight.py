@@ -47,6 +47,7 @@ from coba_verl.records.saved_state import local_model_path
 __all__ = [
     "CobaRefusal",
     "check_accelerator",
+    "check_data_files",
     "check_inputs",
     "check_trl_conflict",
     "carried_refusal",
@@ -254,13 +255,13 @@ def _missing_file_message(key: str, path: str, config: DictConfig) -> str:
     )
 
 
-def check_inputs(config: DictConfig) -> None:
-    """Refuse missing or unusable data files, a missing local model and a missing prior file.
+def check_data_files(config: DictConfig) -> None:
+    """Refuse missing or unusable training and validation files (the data part of `check_inputs`).
 
-    The data files' contents are checked by `coba_verl.data.check_files` (what ``python -m
-    coba_verl.data check`` runs), without scoring the gold answers (a run may bring its own
-    reward function): the training files together as training rows, the validation files as
-    evaluation rows. Remote files (``hdfs://``, ``s3://``) are left to veRL.
+    The contents are checked by `coba_verl.data.check_files` (what ``python -m coba_verl.data
+    check`` runs), without scoring the gold answers (a run may bring its own reward function):
+    the training files together as training rows, the validation files as evaluation rows. Remote
+    files (``hdfs://``, ``s3://``) are left to veRL.
 
     Raises:
         CobaRefusal: naming the file (and the row) and the fix.
@@ -283,6 +284,16 @@ def check_inputs(config: DictConfig) -> None:
                 f"{key}: {problems[0].rstrip('.')}{more}. {FILE_RULES} python -m coba_verl.data check "
                 f"{' '.join(paths)} lists every problem; python -m coba_verl.data writes such files."
             )
+
+
+def check_inputs(config: DictConfig) -> None:
+    """Refuse missing or unusable data files (`check_data_files`), a missing local model and a
+    missing prior file.
+
+    Raises:
+        CobaRefusal: naming the file (and the row) and the fix.
+    """
+    check_data_files(config)
     model = str(OmegaConf.select(config, "actor_rollout_ref.model.path"))
     local = local_model_path(model)
     if local is not None and not (local / "config.json").is_file():

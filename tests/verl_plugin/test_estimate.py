@@ -16,6 +16,7 @@ import pytest
 
 from coba_verl.records.priors import PriorRecords, read_prior_file, write_prior_file
 from coba_verl.verl_plugin import estimate, index_reward
+from coba_verl.verl_plugin.preflight import CobaRefusal
 from coba_verl.verl_plugin.progress import CountingLoader, generations_of
 
 REWARD_MODULE = """
@@ -182,3 +183,12 @@ def test_counting_loader_counts_generations_per_batch_as_veRLs_validation_draws_
     assert "3 prompts x 4 samples = 12 generations in 2 batches" in caplog.text
     assert list(loader) == batches and len(loader) == 2
     assert [generations_of(b, 4) for b in batches] == [8, 3]
+
+
+def test_a_training_file_that_is_not_parquet_is_refused_before_estimate_reads_it(tmp_path, coba_compose):
+    not_parquet = tmp_path / "train.parquet"
+    not_parquet.write_text("index,prompt\n0,1+1=\n")
+    config = coba_compose([f"data.train_files={not_parquet}"])
+    with pytest.raises(CobaRefusal, match=r"data.train_files: .*train.parquet"):
+        estimate.run(config, request(tmp_path))
+    assert not (tmp_path / "priors.generations").exists()  # refused before anything ran
