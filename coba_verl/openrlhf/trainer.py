@@ -33,15 +33,7 @@ from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
 from coba_verl.records.prompt_ids import PromptIdMap
-from coba_verl.records.saved_state import (
-    RunIdentity,
-    decode,
-    encode,
-    model_fingerprint,
-    prompt_content_fingerprint,
-    restore_state,
-    saved_state,
-)
+from coba_verl.records.saved_state import decode, encode, identify, restore_state, saved_state
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 
@@ -130,9 +122,8 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         self.coba_config = CobaConfig(**coba["config"])
         dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
         id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"], rows)
-        self.coba_identity = RunIdentity(  # what a resume checks its checkpoint against
-            id_map.fingerprint, prompt_content_fingerprint(ids, dataset.prompts), model_fingerprint(pretrain)
-        )
+        # What a resume checks its checkpoint against: the ids, each row's prompt, the --pretrain model.
+        self.coba_identity = identify(id_map, list(rows[coba["id_key"]]), list(dataset.prompts), pretrain)
         self.coba_id_key = coba["id_key"]
         dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
         self.allocator = BudgetAllocator(self.coba_config, id_map.num_prompts)

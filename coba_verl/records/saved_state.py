@@ -26,7 +26,7 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core import BudgetAllocator
+from coba_verl.records.prompt_ids import PromptIdMap
 
 __all__ = [
     "FORMAT",
@@ -41,6 +42,7 @@ __all__ = [
     "RunIdentity",
     "decode",
     "encode",
+    "identify",
     "local_model_path",
     "model_fingerprint",
     "prompt_content_fingerprint",
@@ -91,6 +93,20 @@ class RunIdentity:
     prompt_ids: str
     prompt_content: str | None = None
     model: dict[str, str] | None = None
+
+
+def identify(
+    id_map: PromptIdMap,
+    index_values: Sequence[Any] | None = None,
+    prompts: Sequence[Any] | None = None,
+    model_path: str | None = None,
+) -> RunIdentity:
+    """A run's `RunIdentity`: its id map, each row's prompt (``index_values`` and ``prompts`` row by
+    row; None where the glue cannot read them) and its model path (None: unchecked)."""
+    content = None
+    if index_values is not None and prompts is not None:
+        content = prompt_content_fingerprint(id_map.ids(index_values), prompts)
+    return RunIdentity(id_map.fingerprint, content, model_fingerprint(model_path))
 
 
 def prompt_content_fingerprint(ids: Iterable[int], prompts: Iterable[Any]) -> str:

@@ -26,15 +26,7 @@ import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.records.prompt_ids import PromptIdMap
-from coba_verl.records.saved_state import (
-    RunIdentity,
-    decode,
-    encode,
-    model_fingerprint,
-    prompt_content_fingerprint,
-    restore_state,
-    saved_state,
-)
+from coba_verl.records.saved_state import RunIdentity, decode, encode, identify, restore_state, saved_state
 
 __all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "run_identity", "save_allocator"]
 
@@ -77,12 +69,9 @@ def run_identity(train_dataset: Any, id_map: PromptIdMap, id_column: str, model:
     ``model`` is GRPOTrainer's ``model`` argument: a path or hub id is fingerprinted as given, a
     loaded model by its ``config._name_or_path`` (a model built from a config alone has none: None).
     """
-    content = None
-    if "prompt" in train_dataset.column_names:
-        ids = id_map.ids(train_dataset[id_column])  # (N,) tracker ids, row order
-        content = prompt_content_fingerprint(ids, list(train_dataset["prompt"]))
+    prompts = list(train_dataset["prompt"]) if "prompt" in train_dataset.column_names else None
     path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", None)
-    return RunIdentity(id_map.fingerprint, content, model_fingerprint(path or None))
+    return identify(id_map, list(train_dataset[id_column]), prompts, path or None)
 
 
 def save_allocator(

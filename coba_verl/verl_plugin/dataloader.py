@@ -31,14 +31,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.records.priors import PriorRecords, apply_priors, column_rows, configured_priors
 from coba_verl.records.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
-from coba_verl.records.saved_state import (
-    ResumeMismatch,
-    RunIdentity,
-    model_fingerprint,
-    prompt_content_fingerprint,
-    restore_state,
-    saved_state,
-)
+from coba_verl.records.saved_state import ResumeMismatch, RunIdentity, identify, restore_state, saved_state
 from coba_verl.verl_plugin.preflight import CobaRefusal
 
 logger = logging.getLogger(__name__)
@@ -97,10 +90,8 @@ def prompt_texts(dataset: Any) -> list[Any] | None:
 def run_identity(dataset: Any, prompt_ids: PromptIdMap, model_path: str | None) -> RunIdentity:
     """What this run's pass rates belong to: its ids, each id's prompt, the model (`RunIdentity`)."""
     prompts = prompt_texts(dataset)
-    content = None
-    if prompts is not None:
-        content = prompt_content_fingerprint(prompt_ids.ids(dataset_index_values(dataset)), prompts)
-    return RunIdentity(prompt_ids.fingerprint, content, model_fingerprint(model_path))
+    index_values = None if prompts is None else dataset_index_values(dataset)
+    return identify(prompt_ids, index_values, prompts, model_path)
 
 
 def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:

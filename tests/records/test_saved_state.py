@@ -16,6 +16,7 @@ from coba_verl.records.saved_state import (
     RunIdentity,
     decode,
     encode,
+    identify,
     model_fingerprint,
     prompt_content_fingerprint,
     restore_state,
@@ -124,3 +125,14 @@ def test_model_fingerprint_is_what_the_folder_holds_not_where_it_lies(tmp_path):
     assert hub["path"] == "Qwen/Qwen2.5-0.5B-Instruct"
     assert hub != model_fingerprint("Qwen/Qwen2.5-7B-Instruct")
     assert model_fingerprint(None) is None
+
+
+def test_identify_fingerprints_what_the_glue_could_read():
+    from coba_verl.records.prompt_ids import PromptIdMap
+
+    id_map = PromptIdMap([17, 3])
+    full = identify(id_map, [17, 3], ["b", "a"], "Qwen/Qwen2.5-0.5B-Instruct")
+    assert full.prompt_ids == id_map.fingerprint
+    assert full.prompt_content == prompt_content_fingerprint([1, 0], ["b", "a"])
+    assert full.model == model_fingerprint("Qwen/Qwen2.5-0.5B-Instruct")
+    assert identify(id_map) == RunIdentity(id_map.fingerprint, None, None)
