@@ -33,7 +33,7 @@ from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
 from coba_verl.records.prompt_ids import PromptIdMap
-from coba_verl.records.saved_state import decode, encode, identify, restore_state, saved_state
+from coba_verl.records.saved_state import ResumeMismatch, decode, encode, identify, restore_state, saved_state
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 
@@ -178,15 +178,20 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             if states.get("global_step", 0) > 0:
                 logger.warning("the checkpoint has no %s: the tracker starts empty", STATE_KEY)
             return states
+        start_fresh = (
+            "Resume with the --data.prompt_dataset, --coba.id_key and --pretrain the checkpoint was "
+            "written with, or start without --ckpt.load_enable."
+        )
+        try:
+            record = decode(saved)
+        except ResumeMismatch as err:
+            raise ResumeMismatch(f"{err} {start_fresh}") from None
         restore_state(
-            decode(saved),
+            record,
             self.allocator,
             self.coba_identity,
             ids_name=f"--data.prompt_dataset column {self.coba_id_key!r}",
-            start_fresh=(
-                "Resume with the --data.prompt_dataset, --coba.id_key and --pretrain the checkpoint was "
-                "written with, or start without --ckpt.load_enable."
-            ),
+            start_fresh=start_fresh,
         )
         return states
 

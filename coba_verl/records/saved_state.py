@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import logging
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,9 +282,24 @@ def encode(record: Mapping[str, Any]) -> bytes:
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """The record `encode` wrote."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    """The record `encode` wrote.
+
+    Raises:
+        ResumeMismatch: ``data`` is not what `encode` writes (an older allocator state, or no
+            ``.npz``); the message says which.
+    """
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (TypeError, ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ResumeMismatch(
+            f"the checkpoint's allocator state is not of format {FORMAT} ({type(err).__name__}: {err})."
+        ) from None
+    if "__structure__" not in arrays:
+        raise ResumeMismatch(
+            f"the checkpoint's allocator state is not of format {FORMAT} (arrays {sorted(arrays)[:4]} "
+            "without its structure): it was written by another version of coba-verl."
+        )
 
     def rebuilt(value: Any) -> Any:
         if isinstance(value, dict):

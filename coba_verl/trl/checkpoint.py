@@ -26,7 +26,15 @@ import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.records.prompt_ids import PromptIdMap
-from coba_verl.records.saved_state import RunIdentity, decode, encode, identify, restore_state, saved_state
+from coba_verl.records.saved_state import (
+    ResumeMismatch,
+    RunIdentity,
+    decode,
+    encode,
+    identify,
+    restore_state,
+    saved_state,
+)
 
 __all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "run_identity", "save_allocator"]
 
@@ -107,15 +115,16 @@ def load_allocator(
     path = os.path.join(folder, STATE_FILE)
     if not os.path.exists(path):
         return None
+    start_fresh = (
+        f"{path}: resume with the train_dataset and model it was written with, or start without "
+        "resume_from_checkpoint."
+    )
+    try:
+        saved = decode(Path(path).read_bytes())
+    except ResumeMismatch as err:
+        raise ResumeMismatch(f"{err} {start_fresh}") from None
     extra = restore_state(
-        decode(Path(path).read_bytes()),
-        allocator,
-        identity,
-        ids_name=f"train_dataset column {id_column!r}",
-        start_fresh=(
-            f"{path}: resume with the train_dataset and model it was written with, or start without "
-            "resume_from_checkpoint."
-        ),
+        saved, allocator, identity, ids_name=f"train_dataset column {id_column!r}", start_fresh=start_fresh
     )
     unfinished = None
     if "round" in extra:

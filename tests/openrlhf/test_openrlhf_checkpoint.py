@@ -74,3 +74,9 @@ def test_resume_with_another_model_is_refused(orl, upstream_store):
     other = {"path": "/models/b", "fingerprint": "2"}
     with pytest.raises(ValueError, match="model '/models/a'.*'/models/b' holds another model"):
         trainer(orl, BudgetAllocator(CobaConfig(), 6), model=other).init_checkpoint_states()
+
+
+def test_a_state_of_another_format_is_refused_with_how_to_start_fresh(orl, upstream_store):
+    upstream_store["coba_allocator"] = '{"fingerprint": "f", "state": {}}'  # an older version's JSON
+    with pytest.raises(ValueError, match=r"not of format 1 .*start without --ckpt.load_enable"):
+        trainer(orl, BudgetAllocator(CobaConfig(), 6)).init_checkpoint_states()

@@ -136,3 +136,25 @@ def test_identify_fingerprints_what_the_glue_could_read():
     assert full.prompt_content == prompt_content_fingerprint([1, 0], ["b", "a"])
     assert full.model == model_fingerprint("Qwen/Qwen2.5-0.5B-Instruct")
     assert identify(id_map) == RunIdentity(id_map.fingerprint, None, None)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not an npz",
+        "a JSON string of an older version",
+        b"",
+    ],
+)
+def test_decode_refuses_what_encode_did_not_write(data):
+    with pytest.raises(ResumeMismatch, match=f"not of format {FORMAT}"):
+        decode(data)
+
+
+def test_decode_refuses_an_npz_without_the_records_structure():
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.asarray("{}"), **{"tracker/successes": np.zeros(3)})  # an older side file
+    with pytest.raises(ResumeMismatch, match="written by another version of coba-verl"):
+        decode(buffer.getvalue())

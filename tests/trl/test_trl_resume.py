@@ -127,3 +127,9 @@ def test_allocator_file_round_trips_and_refuses_another_training_set(tmp_path):
         load(tmp_path, other, RunIdentity("abc", "other", None))
     assert other.tracker.steps == 0  # nothing was loaded before the refusal
     assert load(tmp_path / "missing", restored, IDENTITY) is None
+
+
+def test_a_side_file_of_another_format_is_refused_naming_the_file(tmp_path):
+    (tmp_path / STATE_FILE).write_bytes(b"PK not a real npz")
+    with pytest.raises(ValueError, match=r"not of format 1 .*coba_allocator.npz: resume with the train"):
+        load(tmp_path, BudgetAllocator(CobaConfig(), num_prompts=5), IDENTITY)
