@@ -122,7 +122,8 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         self.coba_config = CobaConfig(**coba["config"])
         dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
         id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"], rows)
-        # What a resume checks its checkpoint against: the ids, each row's prompt, the --pretrain model.
+        # What a resume checks its checkpoint against: the ids, each row's prompt, the model
+        # (--actor.model_name_or_path, which OpenRLHF hands over as ``pretrain``).
         self.coba_identity = identify(id_map, list(rows[coba["id_key"]]), list(dataset.prompts), pretrain)
         self.coba_id_key = coba["id_key"]
         dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
@@ -179,8 +180,8 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
                 logger.warning("the checkpoint has no %s: the tracker starts empty", STATE_KEY)
             return states
         start_fresh = (
-            "Resume with the --data.prompt_dataset, --coba.id_key and --pretrain the checkpoint was "
-            "written with, or start without --ckpt.load_enable."
+            "Resume with the --data.prompt_dataset, --coba.id_key and --actor.model_name_or_path the "
+            "checkpoint was written with, or start without --ckpt.load_enable."
         )
         try:
             record = decode(saved)

@@ -207,8 +207,8 @@ def restore_state(
     """
     if saved.get("format") != FORMAT:
         raise ResumeMismatch(
-            f"the checkpoint's allocator state has format {saved.get('format')!r}, not {FORMAT}. "
-            f"{start_fresh}"
+            f"the checkpoint's allocator state is not of format {FORMAT} (its format: "
+            f"{saved.get('format')!r}): it was written by another version of coba-verl. {start_fresh}"
         )
     theirs = saved["identity"]
     if theirs["prompt_ids"] != identity.prompt_ids:
@@ -256,24 +256,35 @@ def encode(record: Mapping[str, Any]) -> bytes:
     """``record`` as ``.npz`` bytes without pickle: its structure as JSON (arrays replaced by their
     key), each array beside it; `decode` restores it exactly (dtypes included).
 
+    A tuple comes back as a list.
+
     Raises:
-        TypeError: a value that is none of dict, list, str, number, bool, None, numpy array.
+        TypeError: a value that is none of dict, list, tuple, str, number, bool, None, numpy array of
+            plain values (an object array would need pickle); a key that is not a string, holds
+            ``/`` or is ``__array__`` (it would collide with the arrays' names); the message names
+            where.
     """
     arrays: dict[str, np.ndarray] = {}
 
     def plain(value: Any, path: str) -> Any:
+        where = path or "/"
         if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise TypeError(f"cannot save an array of Python objects at {where} in the allocator state")
             arrays[path] = value
             return {"__array__": path}
         if isinstance(value, Mapping):
-            return {str(k): plain(v, f"{path}/{k}" if path else str(k)) for k, v in value.items()}
+            for key in value:
+                if not isinstance(key, str) or "/" in key or key == "__array__":
+                    raise TypeError(f"cannot save the key {key!r} at {where} in the allocator state")
+            return {k: plain(v, f"{path}/{k}" if path else k) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return [plain(v, f"{path}/{i}" if path else str(i)) for i, v in enumerate(value)]
         if isinstance(value, np.generic):
             return value.item()
         if value is None or isinstance(value, str | int | float | bool):
             return value
-        raise TypeError(f"cannot save {type(value).__name__} at {path or '/'} in the allocator state")
+        raise TypeError(f"cannot save {type(value).__name__} at {where} in the allocator state")
 
     structure = plain(record, "")
     buffer = io.BytesIO()

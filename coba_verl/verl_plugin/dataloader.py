@@ -52,7 +52,6 @@ _START_FRESH = (
 )
 
 
-
 #: The repeated-index message's hint for veRL's training set, where a row without an index reads as 0.
 REPEATED_INDEX_HINT = f"(a missing index reads as 0). {INDEX_REPEATED_HINT}"
 

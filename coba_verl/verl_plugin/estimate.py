@@ -226,7 +226,7 @@ _REQUEST: EstimateRequest | None = None  # set by main() for the Hydra entry
 
 
 def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
-    """Measure (veRL's validation pass through ``coba_verl.main.run``), then write the prior file."""
+    """Measure (veRL's validation pass through `coba_verl.verl_plugin.main.run`), then write the priors."""
     from coba_verl.verl_plugin import main as train_main
 
     with preflight.refusals():

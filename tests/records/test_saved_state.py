@@ -61,9 +61,19 @@ def test_bytes_round_trip_restores_the_allocator_exactly_dtypes_included():
     np.testing.assert_array_equal(restored.allocate(ids, 24).budgets, allocator.allocate(ids, 24).budgets)
 
 
-def test_encode_names_a_value_it_cannot_store():
-    with pytest.raises(TypeError, match=r"cannot save set at extra/rest"):
-        encode(saved_state(observed_allocator(), IDENTITY, {"rest": {1, 2}}))
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"rest": {1, 2}}, "cannot save set at extra/rest"),
+        ({"rest": np.array([{"a": 1}], dtype=object)}, "array of Python objects at extra/rest"),
+        ({"a/b": np.zeros(2), "a": {"b": np.ones(2)}}, "the key 'a/b' at extra"),
+        ({3: 1.0}, "the key 3 at extra"),
+        ({"__array__": "x"}, "the key '__array__' at extra"),
+    ],
+)
+def test_encode_names_a_value_or_key_it_cannot_store_faithfully(extra, message):
+    with pytest.raises(TypeError, match=message):
+        encode(saved_state(observed_allocator(), IDENTITY, extra))
 
 
 @pytest.mark.parametrize(
@@ -86,7 +96,7 @@ def test_a_state_of_other_prompts_or_another_model_is_refused_before_anything_lo
 def test_another_format_is_refused():
     saved = saved_state(observed_allocator(), IDENTITY)
     saved["format"] = FORMAT + 1
-    with pytest.raises(ResumeMismatch, match=f"format {FORMAT + 1}, not {FORMAT}"):
+    with pytest.raises(ResumeMismatch, match=f"not of format {FORMAT} \\(its format: {FORMAT + 1}\\)"):
         restore(saved)
 
 

@@ -169,6 +169,17 @@ def test_resume_on_a_different_training_set_is_refused(small_config, tiny_tokeni
         trainer.train_dataloader.load_state_dict(state)
 
 
+def test_an_entry_of_another_coba_verl_version_is_refused_with_how_to_start_fresh(
+    small_config, tiny_tokenizer
+):
+    trainer = build_trainer(small_config(), tiny_tokenizer)
+    state = trainer.train_dataloader.state_dict()
+    entry = state[STATE_KEY]
+    state[STATE_KEY] = {"allocator": entry["allocator"], "prompt_ids": entry["identity"]["prompt_ids"]}
+    with pytest.raises(ValueError, match=r"another version of coba-verl\. .*trainer.resume_mode=disable"):
+        trainer.train_dataloader.load_state_dict(state)
+
+
 def test_wrap_carries_every_constructor_argument_or_names_the_one_it_cannot(monkeypatch):
     import inspect
 
