@@ -35,7 +35,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
     _accumulate_eviction_metrics,
 )
 
-from coba_verl.verl_plugin.sessions import final_outputs, sessions_of
+from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
 from coba_verl.verl_plugin.trained_budget import select_to_budget
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class CobaReplayBuffer(ReplayBuffer):
             if evicted:
                 _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
             ready = self._sampleable_terminal_keys(partition_id, reasons)
-            groups = sessions_of([k for k in self.partitions[partition_id] if k.split("_")[0] in ready])
+            groups = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in ready])
             ready_sessions = sum(len(groups.get(uid, {})) for uid in ready)
             inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
             enough = ready_sessions >= target

@@ -20,6 +20,17 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 
+def split_key(key: str) -> tuple[str, int, int]:
+    """A trajectory key's (uid, session, output): ``"uid0_3_1"`` -> ``("uid0", 3, 1)``."""
+    uid, session, output = key.rsplit("_", 2)
+    return uid, int(session), int(output)
+
+
+def uid_of(key: str) -> str:
+    """A trajectory key's prompt group (uid); a padding row's key (``pad<hex>``) is its own."""
+    return key.rsplit("_", 2)[0]
+
+
 def final_outputs(keys: Iterable[str], tags: Iterable[Mapping] | None = None) -> dict[str, dict[int, str]]:
     """``uid -> {session: key of the session's last output}``, padding rows left out.
 
@@ -31,10 +42,10 @@ def final_outputs(keys: Iterable[str], tags: Iterable[Mapping] | None = None) ->
     for key, tag in zip(keys, tags, strict=True):
         if tag.get("is_padding", False):
             continue
-        uid, session, output = key.rsplit("_", 2)
+        uid, session, output = split_key(key)
         sessions = groups.setdefault(uid, {})
-        if int(session) not in sessions or sessions[int(session)][0] < int(output):
-            sessions[int(session)] = (int(output), key)
+        if session not in sessions or sessions[session][0] < output:
+            sessions[session] = (output, key)
     return {uid: {s: key for s, (_, key) in sessions.items()} for uid, sessions in groups.items()}
 
 
@@ -43,8 +54,8 @@ def sessions_of(keys: Iterable[str]) -> dict[str, dict[int, list[str]]]:
     ``{"a": {0: ["a_0_0", "a_0_1"], 1: ["a_1_0"]}}``."""
     groups: dict[str, dict[int, list[str]]] = {}
     for key in keys:
-        uid, session, _ = key.rsplit("_", 2)
-        groups.setdefault(uid, {}).setdefault(int(session), []).append(key)
+        uid, session, _ = split_key(key)
+        groups.setdefault(uid, {}).setdefault(session, []).append(key)
     return groups
 
 
@@ -74,10 +85,8 @@ def session_tokens(groups: Mapping[str, Mapping[int, str]], tags: Mapping[str, M
     for key, tag in tags.items():
         if tag.get("is_padding", False):
             continue
-        uid, session, _ = key.rsplit("_", 2)
-        if uid in groups and int(session) in groups[uid]:
-            per_session[uid, int(session)] = per_session.get((uid, int(session)), 0) + int(
-                tag.get("response_len", 0)
-            )
+        uid, session, _ = split_key(key)
+        if uid in groups and session in groups[uid]:
+            per_session[uid, session] = per_session.get((uid, session), 0) + int(tag.get("response_len", 0))
     order = [(uid, session) for uid, sessions in groups.items() for session in sessions]
     return np.asarray([per_session.get(pair, 0) for pair in order], dtype=np.int64)

@@ -71,7 +71,7 @@ from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, HELD_OUT_PREF
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import CountingLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs, session_tokens
+from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs, session_tokens, uid_of
 
 logger = logging.getLogger(__name__)
 
@@ -405,7 +405,7 @@ class CobaTrainer(PPOTrainerSync):
         start = time.perf_counter()
         uids = {uid for uid in uids if uid in self._pending} if partition_id == "train" else set()
         if uids:
-            cleared = {key: tag for key, tag in tags.items() if key.split("_")[0] in uids}
+            cleared = {key: tag for key, tag in tags.items() if uid_of(key) in uids}
             groups = final_outputs(list(cleared), list(cleared.values()))
             self._counts["evicted_groups"] += len(uids)
             self._counts["evicted_rollouts"] += sum(self._pending[uid][1] for uid in uids)
