@@ -124,7 +124,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         id_map, ids = prompt_id_map(strategy, len(dataset), coba["id_key"], rows)
         # What a resume checks its checkpoint against: the ids, each row's prompt, the model
         # (--actor.model_name_or_path, which OpenRLHF hands over as ``pretrain``).
-        self.coba_identity = identify(id_map, list(rows[coba["id_key"]]), list(dataset.prompts), pretrain)
+        self.coba_identity = identify(id_map, ids, list(dataset.prompts), pretrain)
         self.coba_id_key = coba["id_key"]
         dataset.prompts = [IdentifiedPrompt(p, i) for p, i in zip(dataset.prompts, ids.tolist(), strict=True)]
         self.allocator = BudgetAllocator(self.coba_config, id_map.num_prompts)

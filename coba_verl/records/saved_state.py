@@ -98,15 +98,16 @@ class RunIdentity:
 
 def identify(
     id_map: PromptIdMap,
-    index_values: Sequence[Any] | None = None,
+    ids: Iterable[int] | None = None,
     prompts: Sequence[Any] | None = None,
     model_path: str | None = None,
 ) -> RunIdentity:
-    """A run's `RunIdentity`: its id map, each row's prompt (``index_values`` and ``prompts`` row by
-    row; None where the glue cannot read them) and its model path (None: unchecked)."""
+    """A run's `RunIdentity`: its id map, each row's prompt (``ids``, the rows' tracker ids, and
+    ``prompts`` row by row; None where the glue cannot read them) and its model path (None:
+    unchecked)."""
     content = None
-    if index_values is not None and prompts is not None:
-        content = prompt_content_fingerprint(id_map.ids(index_values), prompts)
+    if ids is not None and prompts is not None:
+        content = prompt_content_fingerprint(ids, prompts)
     return RunIdentity(id_map.fingerprint, content, model_fingerprint(model_path))
 
 

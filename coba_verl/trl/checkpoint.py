@@ -79,7 +79,8 @@ def run_identity(train_dataset: Any, id_map: PromptIdMap, id_column: str, model:
     """
     prompts = list(train_dataset["prompt"]) if "prompt" in train_dataset.column_names else None
     path = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", None)
-    return identify(id_map, list(train_dataset[id_column]), prompts, path or None)
+    ids = id_map.ids(train_dataset[id_column]) if prompts is not None else None  # (N,) row order
+    return identify(id_map, ids, prompts, path or None)
 
 
 def save_allocator(

@@ -89,8 +89,8 @@ def prompt_texts(dataset: Any) -> list[Any] | None:
 def run_identity(dataset: Any, prompt_ids: PromptIdMap, model_path: str | None) -> RunIdentity:
     """What this run's pass rates belong to: its ids, each id's prompt, the model (`RunIdentity`)."""
     prompts = prompt_texts(dataset)
-    index_values = None if prompts is None else dataset_index_values(dataset)
-    return identify(prompt_ids, index_values, prompts, model_path)
+    ids = None if prompts is None else prompt_ids.ids(dataset_index_values(dataset))  # (N,) row order
+    return identify(prompt_ids, ids, prompts, model_path)
 
 
 def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def test_identify_fingerprints_what_the_glue_could_read():
     from coba_verl.records.prompt_ids import PromptIdMap
 
     id_map = PromptIdMap([17, 3])
-    full = identify(id_map, [17, 3], ["b", "a"], "Qwen/Qwen2.5-0.5B-Instruct")
+    full = identify(id_map, id_map.ids([17, 3]), ["b", "a"], "Qwen/Qwen2.5-0.5B-Instruct")
     assert full.prompt_ids == id_map.fingerprint
     assert full.prompt_content == prompt_content_fingerprint([1, 0], ["b", "a"])
     assert full.model == model_fingerprint("Qwen/Qwen2.5-0.5B-Instruct")
