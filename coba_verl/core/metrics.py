@@ -24,7 +24,9 @@ The veRL trainer adds what the step generated and trained (docs/verl.md, "What a
     trained_groups, trained_rollouts, trained_rows    groups, sessions and rows of the update
     tokens_trained, padding_rows, optimizer_steps     response tokens of those rows, veRL's padding
                                                       rows, mini-batches x ppo_epochs
-    evicted_groups, evicted_rollouts, trimmed_rollouts, failed_rollouts   generated, not trained
+    evicted_groups, evicted_rollouts, cut_rollouts, failed_rollouts   generated, not trained
+    in_flight_rollouts                                submitted, no fate yet (async trainers)
+    versions_behind_mean/_max, evicted_budget_mean    staleness of what was trained; B_i evicted
 """
 
 from __future__ import annotations

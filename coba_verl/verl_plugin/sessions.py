@@ -7,10 +7,10 @@ the final one carries the score. A session that raised writes nothing, and its g
 ``trainer.v1.sampler.sync_refill_failed_groups``. ``_balance_batch`` adds ``pad<hex>`` rows
 tagged ``is_padding``.
 
-From these facts, the rule `count_failed_sessions` applies to a group allocated B_i rollouts:
-
-* a session id >= B_i, or more sessions than B_i: the engine ignored ``__rollout_n__`` (an error);
-* fewer sessions than B_i: B_i - sessions failed (counted, never fatal); the finished ones count.
+From these facts, what the ledger (`coba_verl.records.ledger`) is told of a group allocated B_i
+rollouts: its finished sessions, by id; a session id >= B_i means the engine ignored
+``__rollout_n__`` (an error); the sessions in [0, B_i) that never came back are failed when the
+group is closed (counted, never fatal).
 """
 
 from __future__ import annotations
@@ -57,24 +57,6 @@ def sessions_of(keys: Iterable[str]) -> dict[str, dict[int, list[str]]]:
         uid, session, _ = split_key(key)
         groups.setdefault(uid, {}).setdefault(session, []).append(key)
     return groups
-
-
-def count_failed_sessions(uid: str, sessions: Iterable[int], budget: int) -> int:
-    """B_i minus the finished sessions of group ``uid``; raise if the engine ignored the budget.
-
-    Raises:
-        RuntimeError: a session id outside [0, B_i): the rollout engine generated more sessions
-            than it was asked for, i.e. it did not read ``__rollout_n__``.
-    """
-    sessions = sorted(sessions)
-    if sessions and (sessions[-1] >= budget or sessions[0] < 0):
-        raise RuntimeError(
-            f"prompt group uid={uid} finished {len(sessions)} sessions (ids up to {sessions[-1]}) but was "
-            f"allocated B_i={budget} rollouts: the rollout engine did not honour __rollout_n__. A custom "
-            "agent_loop_manager_class must generate batch['__rollout_n__'][i] sessions for prompt i, as "
-            "veRL's AgentLoopWorkerTQ does."
-        )
-    return budget - len(sessions)
 
 
 def session_tokens(groups: Mapping[str, Mapping[int, str]], tags: Mapping[str, Mapping]) -> np.ndarray:

@@ -17,10 +17,17 @@ reward spread). The rule here counts rollouts instead of groups:
 4. What is neither taken nor cut stays untrained: the buffer shows it to the tracker and clears it,
    as veRL does with its own surplus. The sessions cut away are shown to the tracker too.
 
+A cut group always keeps at least ``min_size`` sessions and fewer than it has; a group smaller than
+``min_size`` (failed sessions shortened it) is only ever taken whole.
+
 Every group that did not fit has more sessions than what was left when it was skipped, which is at
-least d, so step 2 always succeeds when the ready groups hold ``target`` sessions. Step 3 fails only
-when no group is large enough for either move (with ``min_size`` 2: every group of the step has 2
-sessions, so no odd target can be met); the step then trains ``target - d``.
+least d, so step 2 always succeeds when the ready groups hold ``target`` sessions.
+
+5. If steps 1-3 leave a shortfall, an exact search replaces them: a subset sum over the ready groups
+   (a bitset of reachable totals per prefix) finds whole groups W and at most one group c cut to k
+   (``min_size`` <= k < its size) with sum(W) + k = target whenever such a choice exists, preferring
+   the oldest c and the largest sum(W). Only when none exists (every group of the step has 2
+   sessions and the target is odd, say) does the step train ``target - shortfall``.
 
 Example, target 16, sizes in order [6, 9, 4, 2, 8]: 6 and 9 are taken (15); 4, 2 and 8 do not
 fit; d = 1 is below 2, so 9 is given back (d = 10, no group that did not fit has 10 sessions),
@@ -95,13 +102,13 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
     for given_back in reversed(whole):  # replace a whole group by a larger one, cut
         need = left + sizes[given_back]
         for i in skipped:
-            if sizes[i] >= need:
+            if sizes[i] == need or (sizes[i] > need >= min_size):
                 kept = tuple(j for j in whole if j != given_back)
                 if sizes[i] == need:
                     return Selection(tuple(sorted((*kept, i))), (), 0)
                 return Selection(kept, ((i, need),), 0)
     shrink = min_size - left  # add min_size sessions of a skipped group, take shrink from a whole one
-    for i in skipped:
+    for i in (i for i in skipped if sizes[i] >= min_size):
         for cut in reversed(whole):
             if sizes[cut] - shrink >= min_size:
                 kept = tuple(j for j in whole if j != cut)
@@ -111,4 +118,42 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
                 else:
                     cuts.append((i, min_size))
                 return Selection(kept, tuple(sorted(cuts)), 0)
-    return Selection(tuple(whole), (), left)
+    return _exact(sizes, target, min_size) or Selection(tuple(whole), (), left)
+
+
+def _exact(sizes: Sequence[int], target: int, min_size: int) -> Selection | None:
+    """Whole groups and at most one cut group making exactly ``target`` (module docstring, step 5).
+
+    For each candidate cut group c (the oldest of each size >= ``min_size``, plus none), the totals
+    reachable by whole groups other than c are a bitset per prefix: bit t of ``reach[j]`` is set when
+    some subset of groups ``0..j-1`` sums to t. The largest reachable total in
+    [target - size_c + 1, target - min_size] (or exactly target without a cut) is then traced back.
+    """
+    if sum(sizes) < target:
+        return None
+    mask = (1 << (target + 1)) - 1
+    seen: set[int] = set()
+    candidates: list[int | None] = [None]
+    for c, size in enumerate(sizes):
+        if size >= min_size and size not in seen:
+            seen.add(size)
+            candidates.append(c)
+    for c in candidates:
+        reach = [1]
+        for j, size in enumerate(sizes):
+            reach.append(reach[-1] if j == c else (reach[-1] | (reach[-1] << size)) & mask)
+        if c is None:
+            totals = [target]
+        else:
+            totals = range(target - min_size, max(target - sizes[c], -1), -1)
+        total = next((t for t in totals if reach[-1] >> t & 1), None)
+        if total is None:
+            continue
+        whole, left = [], total
+        for j in range(len(sizes) - 1, -1, -1):  # group j is needed iff the prefix without it misses left
+            if j != c and not reach[j] >> left & 1:
+                whole.append(j)
+                left -= sizes[j]
+        cuts = () if c is None else ((c, target - total),)
+        return Selection(tuple(sorted(whole)), cuts, 0)
+    return None

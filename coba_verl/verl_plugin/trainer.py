@@ -67,13 +67,20 @@ from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
+from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, HELD_OUT_PREFIX, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import CountingLoader
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.sessions import count_failed_sessions, final_outputs, session_tokens, uid_of
+from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, uid_of
 
 logger = logging.getLogger(__name__)
+
+#: How veRL's engine reads a group's budget, for the ledger's error on a session beyond it.
+BUDGET_HINT = (
+    "A custom agent_loop_manager_class must generate batch['__rollout_n__'][i] sessions for prompt i "
+    "(it did not honour __rollout_n__), as veRL's AgentLoopWorkerTQ does."
+)
 
 #: The veRL methods `CobaTrainer` extends and the parameters it calls them with (veRL 0.9.1).
 EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
@@ -120,12 +127,23 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
 check_verl_api()
 
 
-#: Per-step counters reported as ``coba/<name>`` (0 when nothing of the kind happened).
-STEP_COUNTS = (
-    "rollouts_generated", "evicted_groups", "evicted_rollouts", "failed_rollouts", "trimmed_rollouts",
-    "tokens_generated", "trained_groups", "trained_rollouts", "trained_rows", "padding_rows",
-    "tokens_trained", "optimizer_steps",
-)  # fmt: skip
+#: What an update costs, reported as ``coba/<name>`` (`trained_cost`); the rollout counters beside
+#: them come from the step's ledger (`ledger_metrics`).
+COST_COUNTS = ("trained_rows", "padding_rows", "tokens_trained", "optimizer_steps")
+
+
+def ledger_metrics(tally: StepTally) -> dict[str, float]:
+    """``coba/`` counters of one step's `StepTally`: rollouts generated, trained, cut, evicted,
+    failed and in flight (``in flight before + generated = trained + cut + evicted + failed + in
+    flight after``), groups trained and evicted, tokens generated, and how far behind the update the
+    trained rollouts' policy versions are (0 in the synchronous trainer)."""
+    metrics = {PREFIX + name: float(value) for name, value in tally.counts().items()}
+    behind = tally.versions_behind
+    metrics[PREFIX + "versions_behind_mean"] = float(np.mean(behind)) if behind else 0.0
+    metrics[PREFIX + "versions_behind_max"] = float(max(behind)) if behind else 0.0
+    if tally.evicted_budgets:
+        metrics[PREFIX + "evicted_budget_mean"] = float(np.mean(tally.evicted_budgets))
+    return metrics
 
 
 def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict[str, int]:
@@ -193,12 +211,11 @@ class CobaTrainer(PPOTrainerSync):
         # done its job (selecting this class) once we are constructed.
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
-        # uid -> (tracker id, B_i) of every submitted group not yet observed. veRL's sync buffer
-        # trains, evicts or discards every group of a step within the step (none outlives it).
-        self._pending: dict[str, tuple[int, int]] = {}
-        self._trimmed: Counter = Counter()  # uid -> sessions the buffer cut from a trained group
+        # Every submitted group and each session's fate (trained, cut, evicted, failed, in flight).
+        # veRL's sync buffer trains, evicts or discards every group of a step within the step.
+        self.ledger = RolloutLedger(overrun_hint=BUDGET_HINT)
         self._allocations: list[Allocation] = []  # rounds allocated this step
-        self._counts: Counter = Counter()  # this step's generated / evicted / failed rollouts
+        self._cost: Counter = Counter()  # this step's `trained_cost`
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
         super().__init__(config)  # builds the replay buffer, which needs the fields above
 
@@ -268,11 +285,11 @@ class CobaTrainer(PPOTrainerSync):
         return batch
 
     def _submit_batch_to_rollout(self, batch: TensorDict) -> int:
-        """Remember each group's (tracker id, B_i), then submit as veRL does."""
+        """Open each group in the ledger (uid, tracker id, B_i, this step's version), then submit."""
         ids = self.train_dataloader.prompt_ids.ids(list(batch["index"])).tolist()
         budgets = batch["__rollout_n__"].tolist()
-        self._pending.update(zip(map(str, batch["uid"]), zip(ids, budgets, strict=True), strict=True))
-        self._counts["rollouts_generated"] += sum(budgets)
+        for uid, prompt_id, budget in zip(map(str, batch["uid"]), ids, budgets, strict=True):
+            self.ledger.open_group(uid, prompt_id, budget, version=self.global_steps)
         return super()._submit_batch_to_rollout(batch)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
@@ -282,8 +299,8 @@ class CobaTrainer(PPOTrainerSync):
         if self.coba_config.group_weight != "tokens":
             batch = self._weight_advantages(batch)
         groups = final_outputs(batch.keys, batch.tags)
-        self._count_trained(list(batch.tags), len(groups), sum(map(len, groups.values())))
-        unknown = sorted(uid for uid in groups if uid not in self._pending)
+        self._count_cost(list(batch.tags))
+        unknown = sorted(uid for uid in groups if not self.ledger.knows(uid))
         if unknown:
             logger.warning(
                 "ignoring %d trajectory groups that were not submitted through the allocator (e.g. "
@@ -292,7 +309,8 @@ class CobaTrainer(PPOTrainerSync):
                 unknown[:3],
             )
         tags = dict(zip(batch.keys, batch.tags, strict=True))
-        self._record({uid: groups[uid] for uid in groups if uid in self._pending}, batch.partition_id, tags)
+        known = {uid: groups[uid] for uid in self.ledger.open_uids(groups)}
+        self._settle(known, batch.partition_id, tags, Fate.TRAINED, close=True)
         self._plugin_time_s += time.perf_counter() - start
         return batch
 
@@ -300,25 +318,26 @@ class CobaTrainer(PPOTrainerSync):
         """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
         batch = super().step(metrics, timing_raw)
         start = time.perf_counter()
-        if self._pending:  # trained with no trajectory at all: every session of the group failed
+        if self.ledger.groups:  # trained with no trajectory at all: every session of the group failed
             logger.warning(
                 "%d prompt groups came back without a single finished session (first uids %s); their "
                 "rollouts are counted in coba/failed_rollouts",
-                len(self._pending),
-                list(self._pending)[:3],
+                len(self.ledger.groups),
+                list(self.ledger.groups)[:3],
             )
-            self._counts["failed_rollouts"] += sum(budget for _, budget in self._pending.values())
-            self._pending.clear()
+            self.ledger.fail_open()
+        tally = self.ledger.close_step()
         tracker_metrics = self.allocator.end_step()
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
         else:  # a DAPO step that only submitted the rest of an earlier round
             metrics.update(tracker_metrics)
         metrics[PREFIX + "rounds"] = float(len(self._allocations))
-        for name in STEP_COUNTS:
-            metrics[PREFIX + name] = float(self._counts[name])
+        metrics.update(ledger_metrics(tally))
+        for name in COST_COUNTS:
+            metrics[PREFIX + name] = float(self._cost[name])
         self._allocations.clear()
-        self._counts.clear()
+        self._cost.clear()
         # allocate + observe (with its TransferQueue reads of the scores) + end_step + metrics
         metrics[PREFIX + "plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
         self._plugin_time_s = 0.0
@@ -377,71 +396,67 @@ class CobaTrainer(PPOTrainerSync):
         fields = TensorDict(nested, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
-    def _count_trained(self, tags: list[Mapping], groups: int, sessions: int) -> None:
-        """Add one update's `trained_cost` and sessions to the step's counters."""
+    def _count_cost(self, tags: list[Mapping]) -> None:
+        """Add one update's `trained_cost` to the step's counters."""
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         actor = self.config.actor_rollout_ref.actor
         updates = int(self.config.trainer.critic_warmup) <= self.global_steps
         cost = trained_cost(tags, int(actor.ppo_mini_batch_size) * rollout_n, int(actor.ppo_epochs))
         if not updates:
             cost["optimizer_steps"] = 0
-        self._counts.update(cost)
-        self._counts["trained_rollouts"] += sessions
-        self._counts["trained_groups"] += groups
+        self._cost.update(cost)
 
     def _observe_trimmed(self, partition_id: str, tags: Mapping[str, Mapping]) -> None:
-        """`CobaReplayBuffer`'s hook: sessions cut from a trained group feed the tracker, not the update."""
+        """`CobaReplayBuffer`'s hook: sessions cut from a trained group are scored, not trained."""
         start = time.perf_counter()
         groups = final_outputs(list(tags), list(tags.values()))
-        groups = {uid: sessions for uid, sessions in groups.items() if uid in self._pending}
-        for uid, sessions in groups.items():
-            self._trimmed[uid] += len(sessions)
-        self._counts["trimmed_rollouts"] += sum(map(len, groups.values()))
-        self._score(groups, partition_id, tags)
+        known = {uid: groups[uid] for uid in self.ledger.open_uids(groups)}
+        self._settle(known, partition_id, tags, Fate.CUT, close=False)
         self._plugin_time_s += time.perf_counter() - start
 
     def _observe_cleared(self, partition_id: str, uids: set[str], tags: Mapping[str, Mapping]) -> None:
-        """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) feed the tracker."""
+        """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) are scored and
+        closed as evicted; their sessions that never finished are failed."""
         start = time.perf_counter()
-        uids = {uid for uid in uids if uid in self._pending} if partition_id == "train" else set()
-        if uids:
-            cleared = {key: tag for key, tag in tags.items() if uid_of(key) in uids}
-            groups = final_outputs(list(cleared), list(cleared.values()))
-            self._counts["evicted_groups"] += len(uids)
-            self._counts["evicted_rollouts"] += sum(self._pending[uid][1] for uid in uids)
-            self._record({uid: groups.get(uid, {}) for uid in sorted(uids)}, partition_id, cleared)
+        if partition_id == "train":
+            cleared_uids = self.ledger.open_uids(sorted(uids))
+            if cleared_uids:
+                cleared = {key: tag for key, tag in tags.items() if uid_of(key) in set(cleared_uids)}
+                groups = final_outputs(list(cleared), list(cleared.values()))
+                evicted = {uid: groups.get(uid, {}) for uid in cleared_uids}
+                self._settle(evicted, partition_id, cleared, Fate.EVICTED, close=True)
         self._plugin_time_s += time.perf_counter() - start
 
-    def _record(
-        self, groups: dict[str, dict[int, str]], partition_id: str, tags: Mapping[str, Mapping]
+    def _settle(
+        self,
+        groups: dict[str, dict[int, str]],
+        partition_id: str,
+        tags: Mapping[str, Mapping],
+        fate: Fate,
+        close: bool,
     ) -> None:
-        """Score each group's finished sessions into the tracker; count failed ones; forget the groups.
+        """Give ``fate`` to each group's finished sessions in the ledger, and score them into the tracker.
+
+        One score per session (its final output's summed ``rm_scores``) and one length (its response
+        tokens over its outputs). With ``close`` the groups leave the ledger, their unfinished
+        sessions failed.
 
         Args:
-            groups: ``uid -> {session: key of its final output}`` of submitted groups.
+            groups: ``uid -> {session: key of its final output}`` of open groups.
             partition_id: TransferQueue partition holding the keys.
             tags: trajectory tags by key, holding every output of these sessions (``response_len``).
+            fate: what the sessions became (trained, cut or evicted).
+            close: whether nothing more of these groups can arrive.
         """
+        keys = [key for sessions in groups.values() for key in sessions.values()]
+        ids = [self.ledger.prompt_of(uid) for uid, sessions in groups.items() for _ in sessions]
+        lengths = session_tokens(groups, tags)  # (R,) in the order of keys
+        position = 0
         for uid, sessions in groups.items():
-            _, budget = self._pending[uid]
-            failed = count_failed_sessions(uid, sessions, budget) - self._trimmed.pop(uid, 0)
-            self._counts["failed_rollouts"] += failed
-        self._score(groups, partition_id, tags)
-        for uid in groups:
-            del self._pending[uid]
-
-    def _score(
-        self, groups: dict[str, dict[int, str]], partition_id: str, tags: Mapping[str, Mapping]
-    ) -> None:
-        """One score (the final output's summed ``rm_scores``) and one length (the session's response
-        tokens over its outputs) per session of ``groups`` into the tracker."""
-        keys, ids = [], []
-        for uid, sessions in groups.items():
-            keys.extend(sessions.values())
-            ids.extend([self._pending[uid][0]] * len(sessions))
+            tokens = dict(zip(sessions, lengths[position : position + len(sessions)].tolist(), strict=True))
+            self.ledger.settle(uid, tokens, fate, close=close, version=self.global_steps)
+            position += len(sessions)
         if keys:
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
             scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-            lengths = session_tokens(groups, tags)  # (R,) in the order of keys
-            self._counts["tokens_generated"] += int(lengths.sum())
             self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths)

@@ -281,7 +281,7 @@ def test_dapo_dynamic_sampling_trains_m_times_n_rollouts_with_signal_from_rounds
         # every generated group is observed once: trained, evicted, or cut from a trained group
         assert s["coba/rollouts"] == s["coba/rollouts_generated"] > M * N
         assert (
-            s["coba/trained_rollouts"] + s["coba/evicted_rollouts"] + s["coba/trimmed_rollouts"]
+            s["coba/trained_rollouts"] + s["coba/evicted_rollouts"] + s["coba/cut_rollouts"]
             == s["coba/rollouts_generated"]
         )
         cleared = [f"training/filter_groups/{k}" for k in ("evicted_samples", "discarded_surplus_samples")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,6 +41,23 @@ def test_too_few_ready_sessions_are_a_shortfall_not_an_error():
     assert odd.shortfall == 1 and odd.trained([2, 2, 2, 2]) == 6
 
 
+def test_a_skipped_group_smaller_than_b_low_is_never_cut_up_to_b_low():
+    """[8, 3] to 10 with B_low 4: cutting the 8 to 6 and the 3 "to 4" would train 9 and say 10."""
+    sizes = [8, 3]
+    choice = select_to_budget(sizes, 10, min_size=4)
+    assert choice.shortfall == 0 and choice.trained(sizes) == 10
+    assert all(min(4, sizes[p]) <= keep <= sizes[p] for p, keep in choice.cuts)
+    assert choice == select_to_budget(sizes, 10, min_size=4)  # the 3 whole, the 8 cut to 7
+    assert choice.whole == (1,) and choice.cuts == ((0, 7),)
+
+
+def test_a_remainder_the_greedy_cannot_place_is_found_by_the_exact_search():
+    sizes = [1, 1, 1, 20]  # 1 + 1 + 1 leaves 2 < B_low 4, and no 1 can be swapped for the 20
+    choice = select_to_budget(sizes, 5, min_size=4)
+    assert choice.shortfall == 0 and choice.trained(sizes) == 5
+    assert choice.cuts == ((3, 4),) and choice.whole == (0,)
+
+
 def test_bad_sizes_are_refused_by_value():
     with pytest.raises(ValueError, match=r"sizes \[2, 0\]"):
         select_to_budget([2, 0], 4)
@@ -56,3 +75,34 @@ def test_enough_ready_sessions_train_exactly_the_target_with_every_cut_group_of_
         assert choice.shortfall == 0  # a group larger than the target can always be cut to it
     if sum(sizes) >= target and any(s >= 3 for s in sizes):
         assert choice.shortfall == 0  # with one group of three or more, any target is reachable
+
+
+def one_cut_solution_exists(sizes: list[int], target: int, min_size: int) -> bool:
+    """Brute force: whole groups W and at most one group c cut to k in [min_size, size_c) sum to target."""
+    for r in range(len(sizes) + 1):
+        for whole in itertools.combinations(range(len(sizes)), r):
+            left = target - sum(sizes[i] for i in whole)
+            if left == 0:
+                return True
+            if any(c not in whole and min_size <= left < sizes[c] for c in range(len(sizes))):
+                return True
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    target=st.integers(1, 48),
+    min_size=st.integers(2, 6),
+)
+def test_any_b_low_and_sizes_from_one_cut_only_to_b_low_or_more_and_meet_the_target_when_possible(
+    sizes, target, min_size
+):
+    choice = select_to_budget(sizes, target, min_size)
+    used = list(choice.whole) + [position for position, _ in choice.cuts]
+    assert len(used) == len(set(used))  # no group twice
+    assert all(min_size <= keep < sizes[position] for position, keep in choice.cuts)
+    assert choice.trained(sizes) == target - choice.shortfall and choice.shortfall >= 0
+    assert (choice.shortfall == 0) == one_cut_solution_exists(sizes, target, min_size) or (
+        choice.shortfall == 0 and len(choice.cuts) == 2  # the greedy's two cuts reach what one cannot
+    )
