@@ -30,6 +30,10 @@ HELD_OUT_PREFIX = "val-core/"
 #: ``sync`` before veRL reads it; this name only selects the class in ``TaskRunnerV1``.
 COBA_TRAINER_MODE = "coba_sync"
 
+#: The registered CoBA trainer for each veRL V1 mode coba-verl supports (``python -m coba_verl.main``
+#: sets ``trainer.v1.trainer_mode`` to it; the trainer sets the veRL name back).
+COBA_MODES: dict[str, str] = {"sync": COBA_TRAINER_MODE, "colocate_async": "coba_colocate_async"}
+
 
 #: veRL 0.9.1's ``actor.loss_agg_mode`` values by what ``coba.group_weight=equal`` does under them.
 #: Exact under ``seq-mean-token-mean``: each rollout weighs 1 / R whatever its length, so a group's
@@ -153,21 +157,34 @@ def user_batch(config: DictConfig) -> tuple[int, int]:
     return int(config.data.train_batch_size), int(config.actor_rollout_ref.rollout.n)
 
 
+def coba_mode(mode: str) -> str:
+    """The registered CoBA trainer for veRL's V1 ``mode`` (`COBA_MODES`); a CoBA name is itself."""
+    return mode if mode in COBA_MODES.values() else COBA_MODES[mode]
+
+
 def check_v1_mode(config: DictConfig) -> None:
-    """Refuse V1 modes whose steps do not train whole allocation rounds (veRL 0.9.1 line numbers).
+    """Refuse V1 modes whose updates coba-verl cannot size in rollouts (veRL 0.9.1 line numbers).
+
+    ``sync`` and ``colocate_async`` are supported: each update trains M x n rollouts
+    (`CobaReplayBuffer`, `CobaReplayBufferAsync`).
 
     Raises:
-        ValueError: ``trainer.v1.trainer_mode`` other than sync; ``parameter_sync_step > 1``.
+        ValueError: ``separate_async`` or another mode; ``sync.parameter_sync_step > 1``.
     """
     mode = config.trainer.v1.trainer_mode
-    if mode not in ("sync", COBA_TRAINER_MODE):
+    if mode == "separate_async":
         raise ValueError(
-            f"trainer.v1.trainer_mode={mode} is not supported: veRL's async replay buffer trains the "
-            "train_batch_size oldest finished groups of any submission (verl/trainer/ppo/v1/replay_buffer.py:"
-            "388-392, 556), so a step would train sum(B_i) != M * rollout.n trajectories, while its "
-            "mini-batches and padding are sized as ppo_mini_batch_size * rollout.n (trainer_base.py:1602, "
-            "1620, 1830), and groups evicted as stale are never scored. Set trainer.v1.trainer_mode=sync "
-            "(DAPO dynamic sampling is supported there)."
+            "trainer.v1.trainer_mode=separate_async is not supported yet: its hybrid rollout switch waits "
+            "for a number of finished groups, not rollouts (verl/trainer/ppo/v1/trainer_separate_async.py:"
+            "263-295), it needs a checkpoint engine other than naive (:68-70), none of which runs without "
+            "GPUs so it is untested here, and its DetachActorWorker replaces the worker the CPU backend "
+            "swaps (:114-126). Use trainer.v1.trainer_mode=colocate_async (generation ahead of the update, "
+            "partial rollout) or sync."
+        )
+    if mode not in COBA_MODES and mode not in COBA_MODES.values():
+        raise ValueError(
+            f"trainer.v1.trainer_mode={mode} is not a veRL V1 mode coba-verl supports: use one of "
+            f"{sorted(COBA_MODES)}."
         )
     sync_step = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1)
     if int(sync_step) > 1:

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, open_dict
 
 from coba_verl.core import CobaConfig
 from coba_verl.verl_plugin import preflight
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config
+from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_mode
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ PLUGIN_NAME = "coba_verl"
 PLUGIN_MODULE = "coba_verl.verl_plugin.registration"
 
 
-def check_plugin_loaded() -> None:
+def check_plugin_loaded(mode: str = COBA_TRAINER_MODE) -> None:
     """Refuse to start when veRL's processes would not find `CobaTrainer` by name.
 
     ``TaskRunnerV1`` looks the trainer up inside its own Ray process, where only the
@@ -53,7 +53,7 @@ def check_plugin_loaded() -> None:
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     try:
-        get_trainer_cls(COBA_TRAINER_MODE)
+        get_trainer_cls(mode)
     except ValueError:
         # veRL logs a plugin's import error at DEBUG only (verl/__init__.py): import the plugin
         # here so that its own error (e.g. check_verl_api's version mismatch) reaches the user.
@@ -62,11 +62,11 @@ def check_plugin_loaded() -> None:
         except Exception as error:
             raise RuntimeError(
                 f"coba-verl's veRL plugin ({PLUGIN_MODULE}) cannot be imported, so veRL {verl.__version__} "
-                f"could not register the trainer '{COBA_TRAINER_MODE}': {type(error).__name__}: {error}"
+                f"could not register the trainer '{mode}': {type(error).__name__}: {error}"
             ) from error
         policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto")
         raise RuntimeError(
-            f"veRL {verl.__version__} has no trainer '{COBA_TRAINER_MODE}' after loading its plugins, so "
+            f"veRL {verl.__version__} has no trainer '{mode}' after loading its plugins, so "
             "its TaskRunner could not build the CoBA-RL trainer. Either "
             f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' entry point "
             f"(unset it, or add {PLUGIN_NAME} to its list), "
@@ -96,7 +96,7 @@ def prepare_config(config: DictConfig) -> CobaConfig:
     )
     if config.trainer.use_v1:
         with open_dict(config):
-            config.trainer.v1.trainer_mode = COBA_TRAINER_MODE
+            config.trainer.v1.trainer_mode = coba_mode(config.trainer.v1.trainer_mode)
     return coba_config
 
 
@@ -127,7 +127,7 @@ def run(config: DictConfig) -> None:
     with preflight.refusals():
         coba_config = prepare_config(config)  # checks again, silently (`check_config`)
         if config.trainer.use_v1:
-            check_plugin_loaded()
+            check_plugin_loaded(config.trainer.v1.trainer_mode)
     logger.info("CoBA-RL: %s", coba_config)
     if config.trainer.use_v1:
         run_ppo(config, task_runner_class=TaskRunnerV1)

@@ -16,6 +16,14 @@ it waits (refilling as veRL does, plus a refill for the rollouts still missing w
 flight) until the ready groups hold M x n sessions, then trains the groups `select_to_budget`
 picks, one or two of them cut; the sessions cut away go to ``on_trim`` before they are cleared.
 Validation, and runs without DAPO or failed-group refill, use veRL's `sample` unchanged.
+
+`CobaReplayBufferAsync` does the same for veRL's asynchronous buffer (``colocate_async``), whose
+`ReplayBufferAsync.sample` takes the oldest ``batch_size`` finished **groups** of any submission:
+with budgets it waits instead until the sampleable groups hold ``batch_size`` x n sessions (and
+veRL's ``max_off_policy_strategy=wait`` lets it), and trains exactly that many, oldest groups first,
+by the same `select_to_budget` rule. The ready groups it does not take stay in the buffer for the
+next update (veRL's async policy: no surplus is discarded). Stale, DAPO-filtered and failed groups
+are evicted and refilled as veRL does, through ``_clear_groups``, so they reach the tracker too.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import (
     FILTER_GROUPS_REWARD_METRIC,
     ReplayBuffer,
+    ReplayBufferAsync,
     _accumulate_eviction_metrics,
 )
 
@@ -46,13 +55,18 @@ ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
 TrimObserver = Callable[[str, dict[str, dict]], None]
 
 
-class CobaReplayBuffer(ReplayBuffer):
-    """veRL's `ReplayBuffer`, with ``on_clear`` called before each group clear.
+class _CobaBufferHooks:
+    """What both CoBA buffers add to veRL's: ``on_clear`` before each group clear, ``on_trim`` for the
+    sessions cut from a trained group, and a batch of exactly a rollout target (`_take`).
 
     Args:
-        *args, **kwargs: as for `ReplayBuffer`.
+        *args, **kwargs: as for veRL's `ReplayBuffer`.
         on_clear: called with the partition, the uids about to be cleared and the partition's
             trajectory tags, while their data is still in TransferQueue.
+        rollouts_per_prompt: n, when budgets differ (rollouts are counted); None keeps veRL's
+            sampling by groups (uniform).
+        min_group_size: fewest sessions a cut group keeps (``coba.min_rollouts``).
+        on_trim: called with the partition and the tags of the sessions cut from a trained group.
     """
 
     def __init__(
@@ -71,7 +85,7 @@ class CobaReplayBuffer(ReplayBuffer):
         self.on_trim = on_trim
 
     @classmethod
-    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> CobaReplayBuffer:
+    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> _CobaBufferHooks:
         """A `CobaReplayBuffer` built with every constructor argument of veRL's ``buffer``.
 
         The argument names come from `ReplayBuffer`'s signature (veRL stores each under its own
@@ -93,6 +107,89 @@ class CobaReplayBuffer(ReplayBuffer):
         if uids:
             self.on_clear(partition_id, set(uids), self.partitions[partition_id])
         super()._clear_groups(partition_id, uids)
+
+    def _take(
+        self,
+        partition_id: str,
+        ready: set[str],
+        groups: dict[str, dict[int, list[str]]],
+        target: int,
+        *,
+        clear_surplus: bool,
+    ) -> tuple[KVBatchMeta, int]:
+        """Train `select_to_budget`'s groups, oldest first; cut sessions go to ``on_trim``, and with
+        ``clear_surplus`` the ready groups not taken go to ``on_clear`` (the sync buffer's surplus).
+
+        Returns:
+            The batch, and the number of ready groups cleared untrained.
+        """
+        steps = self.prompt_global_steps[partition_id]
+        order = sorted(ready, key=lambda uid: steps.get(uid, 0))  # oldest first, as veRL's selection
+        order = [uid for uid in order if groups.get(uid)]
+        sizes = [len(groups[uid]) for uid in order]
+        choice = select_to_budget(sizes, target, self.min_group_size)
+        if choice.shortfall:
+            logger.warning(
+                "the ready groups could not make exactly %d rollouts; this update trains %d",
+                target,
+                target - choice.shortfall,
+            )
+        selected = [order[i] for i in choice.whole]
+        snapshot = dict(self.partitions[partition_id])
+        for position, keep in choice.cuts:
+            uid = order[position]
+            kept = self._sessions_to_keep(partition_id, groups[uid], keep)
+            cut_keys = [key for s, keys in groups[uid].items() if s not in kept for key in keys]
+            if self.on_trim is not None:
+                self.on_trim(partition_id, {key: snapshot[key] for key in cut_keys})
+            tq.kv_clear(partition_id=partition_id, keys=cut_keys)
+            for key in cut_keys:
+                del snapshot[key]
+                del self.partitions[partition_id][key]
+            selected.append(uid)
+        surplus = ready - set(selected) if clear_surplus else set()
+        if surplus:
+            self._clear_groups(partition_id, surplus)
+        return self._materialize_batch(partition_id, selected, snapshot), len(surplus)
+
+    def _ready_sessions(
+        self, partition_id: str, ready: set[str]
+    ) -> tuple[dict[str, dict[int, list[str]]], int]:
+        """The sessions of the ``ready`` groups (``uid -> {session: keys}``) and how many there are."""
+        groups = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in ready])
+        return groups, sum(len(groups.get(uid, {})) for uid in ready)
+
+    def _sessions_to_keep(self, partition_id: str, sessions: dict[int, list[str]], keep: int) -> set[int]:
+        """``keep`` sessions of a group that keep its spread on the filter metric: the first session,
+        the first one whose value differs from it, then the others in session order."""
+        order = sorted(sessions)
+        values = self._session_values(partition_id, [key for keys in sessions.values() for key in keys])
+        first = values[order[0]]
+        other = next((s for s in order if values[s] != first), None)
+        ranked = [order[0]] + ([other] if other is not None else [])
+        ranked += [s for s in order if s not in ranked]
+        return set(ranked[:keep])
+
+    def _session_values(self, partition_id: str, keys: list[str]) -> dict[int, float]:
+        """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores),
+        for the trajectory ``keys`` of one group."""
+        (last,) = final_outputs(keys).values()  # {session: key of its last output}
+        keys = list(last.values())
+        metric = self.filter_groups_metric or FILTER_GROUPS_REWARD_METRIC
+        if metric == FILTER_GROUPS_REWARD_METRIC:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+            values = [float(v.sum().item()) for v in list(data["rm_scores"])]
+        else:
+            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
+            values = []
+            for field in list(data["extra_fields"]):
+                extra = getattr(field, "data", field)
+                values.append(float(extra.get("reward_extra_info", {}).get(metric, float("nan"))))
+        return dict(zip(last, values, strict=True))
+
+
+class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
+    """veRL's sync `ReplayBuffer` with the CoBA hooks; under DAPO with budgets, M x n rollouts a step."""
 
     # ------------------------------------------------------------------ rollout-counted sampling
     def counts_rollouts(self, partition_id: str) -> bool:
@@ -133,8 +230,7 @@ class CobaReplayBuffer(ReplayBuffer):
             if evicted:
                 _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
             ready = self._sampleable_terminal_keys(partition_id, reasons)
-            groups = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in ready])
-            ready_sessions = sum(len(groups.get(uid, {})) for uid in ready)
+            groups, ready_sessions = self._ready_sessions(partition_id, ready)
             inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
             enough = ready_sessions >= target
             if enough:
@@ -149,74 +245,55 @@ class CobaReplayBuffer(ReplayBuffer):
                     credit -= dispatch
                     continue
             if enough and inflight == 0:
-                batch, surplus = self._take(partition_id, ready, groups, target)
+                batch, surplus = self._take(partition_id, ready, groups, target, clear_surplus=True)
                 if surplus:
                     key = f"{self._metrics_prefix(partition_id)}/filter_groups/discarded_surplus_samples"
                     eviction_metrics[key] = eviction_metrics.get(key, 0) + surplus
                 return batch, eviction_metrics
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)
 
-    def _take(
-        self, partition_id: str, ready: set[str], groups: dict[str, dict[int, list[str]]], target: int
-    ) -> tuple[KVBatchMeta, int]:
-        """Train `select_to_budget`'s groups; cut sessions go to ``on_trim``, the rest to ``on_clear``.
 
-        Returns:
-            The batch, and the number of ready groups cleared untrained (veRL's discarded surplus).
-        """
-        steps = self.prompt_global_steps[partition_id]
-        order = sorted(ready, key=lambda uid: steps.get(uid, 0))  # oldest first, as veRL's selection
-        order = [uid for uid in order if groups.get(uid)]
-        sizes = [len(groups[uid]) for uid in order]
-        choice = select_to_budget(sizes, target, self.min_group_size)
-        if choice.shortfall:
-            logger.warning(
-                "the ready groups could not make exactly %d rollouts; this step trains %d",
-                target,
-                target - choice.shortfall,
+class CobaReplayBufferAsync(_CobaBufferHooks, ReplayBufferAsync):
+    """veRL's `ReplayBufferAsync` with the CoBA hooks; with budgets, each update trains exactly
+    ``batch_size`` x n rollouts (module docstring)."""
+
+    def counts_rollouts(self, partition_id: str) -> bool:
+        """True where `sample` counts rollouts: training, with budgets."""
+        return partition_id != "val" and self.rollouts_per_prompt is not None
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """veRL's `sample`, or, where `counts_rollouts`, a batch of exactly ``batch_size`` x n sessions."""
+        if not self.counts_rollouts(partition_id):
+            return super().sample(global_steps, partition_id, batch_size)
+        return self._sample_rollouts(global_steps, partition_id, batch_size * self.rollouts_per_prompt)
+
+    def _sample_rollouts(self, global_steps: int, partition_id: str, target: int) -> tuple[KVBatchMeta, dict]:
+        """veRL's `wait_for_sampleable`, counting sessions: evict (and refill one prompt per evicted
+        group) until nothing is left to evict, then take ``target`` sessions once the sampleable groups
+        hold that many and no in-flight prompt has reached the staleness threshold under
+        ``max_off_policy_strategy=wait``. When nothing is in flight and the sampleable sessions fall
+        short, ceil(missing / n) prompts are refilled (veRL, counting groups, would wait forever)."""
+        last_debug_time = time.time()
+        eviction_metrics: dict = {}
+        while True:
+            self._sync_metadata_from_transfer_queue()
+            reasons = self._terminal_eviction_reasons(global_steps, partition_id)
+            evicted, stale_count, _, metrics = self._evict_terminal_groups(
+                global_steps, partition_id, reasons
             )
-        selected = [order[i] for i in choice.whole]
-        snapshot = dict(self.partitions[partition_id])
-        for position, keep in choice.cuts:
-            uid = order[position]
-            kept = self._sessions_to_keep(partition_id, groups[uid], keep)
-            cut_keys = [key for s, keys in groups[uid].items() if s not in kept for key in keys]
-            if self.on_trim is not None:
-                self.on_trim(partition_id, {key: snapshot[key] for key in cut_keys})
-            tq.kv_clear(partition_id=partition_id, keys=cut_keys)
-            for key in cut_keys:
-                del snapshot[key]
-                del self.partitions[partition_id][key]
-            selected.append(uid)
-        surplus = ready - set(selected)
-        if surplus:
-            self._clear_groups(partition_id, surplus)
-        return self._materialize_batch(partition_id, selected, snapshot), len(surplus)
-
-    def _sessions_to_keep(self, partition_id: str, sessions: dict[int, list[str]], keep: int) -> set[int]:
-        """``keep`` sessions of a group that keep its spread on the filter metric: the first session,
-        the first one whose value differs from it, then the others in session order."""
-        order = sorted(sessions)
-        values = self._session_values(partition_id, [key for keys in sessions.values() for key in keys])
-        first = values[order[0]]
-        other = next((s for s in order if values[s] != first), None)
-        ranked = [order[0]] + ([other] if other is not None else [])
-        ranked += [s for s in order if s not in ranked]
-        return set(ranked[:keep])
-
-    def _session_values(self, partition_id: str, keys: list[str]) -> dict[int, float]:
-        """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores),
-        for the trajectory ``keys`` of one group."""
-        (last,) = final_outputs(keys).values()  # {session: key of its last output}
-        keys = list(last.values())
-        metric = self.filter_groups_metric or FILTER_GROUPS_REWARD_METRIC
-        if metric == FILTER_GROUPS_REWARD_METRIC:
-            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
-            values = [float(v.sum().item()) for v in list(data["rm_scores"])]
-        else:
-            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])
-            values = []
-            for field in list(data["extra_fields"]):
-                extra = getattr(field, "data", field)
-                values.append(float(extra.get("reward_extra_info", {}).get(metric, float("nan"))))
-        return dict(zip(last, values, strict=True))
+            if evicted:
+                _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
+                if self.refill_fn is not None:
+                    self.refill_fn(len(evicted))
+                continue
+            ready = self._sampleable_terminal_keys(partition_id, reasons)
+            groups, ready_sessions = self._ready_sessions(partition_id, ready)
+            unblocked = self._has_enough_samples(global_steps, partition_id, 0, ready)  # staleness wait
+            if ready_sessions >= target and unblocked:
+                batch, _ = self._take(partition_id, ready, groups, target, clear_surplus=False)
+                return batch, eviction_metrics
+            inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
+            if inflight == 0 and ready_sessions < target and self.refill_fn is not None:
+                self.refill_fn(math.ceil((target - ready_sessions) / self.rollouts_per_prompt))
+                continue
+            last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)

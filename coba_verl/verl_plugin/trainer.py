@@ -57,8 +57,9 @@ import transfer_queue as tq
 from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
@@ -68,10 +69,10 @@ from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, HELD_OUT_PREFIX, check_config
+from coba_verl.verl_plugin.config_bridge import COBA_MODES, HELD_OUT_PREFIX, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import CountingLoader
-from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
 from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, uid_of
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
     "_init_dataloader": ("self",),
     "_init_resource_pool_mgr": ("self",),
     "_build_replay_buffer": ("self",),
+    "_load_checkpoint": ("self",),
+    "_reissue_inflight_prompts": ("self", "partition_id"),
     "_next_train_batch": ("self", "num_prompts"),
     "_submit_batch_to_rollout": ("self", "batch"),
     "_compute_advantage": ("self", "batch", "metrics"),
@@ -124,8 +127,12 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
             )
 
 
-check_verl_api()
+check_verl_api(PPOTrainerSync)
+check_verl_api(PPOTrainerColocateAsync)
 
+
+#: veRL's own replay buffer classes and the CoBA one each is rebuilt as (same constructor arguments).
+COBA_BUFFERS: dict[type, type] = {ReplayBuffer: CobaReplayBuffer, ReplayBufferAsync: CobaReplayBufferAsync}
 
 #: What an update costs, reported as ``coba/<name>`` (`trained_cost`); the rollout counters beside
 #: them come from the step's ledger (`ledger_metrics`).
@@ -189,30 +196,30 @@ def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str
     return factors
 
 
-@register_trainer(COBA_TRAINER_MODE)
-class CobaTrainer(PPOTrainerSync):
-    """The synchronous V1 PPO/GRPO trainer of veRL with CoBA-RL rollout budgets.
-
-    Selected by ``trainer.v1.trainer_mode=coba_sync`` (``python -m coba_verl.main`` sets it).
-    Works with and without DAPO dynamic sampling (``algorithm.filter_groups``) and failed-group
-    refill (``trainer.v1.sampler.sync_refill_failed_groups``).
+class CobaBudgets:
+    """CoBA-RL rollout budgets for a veRL V1 trainer: the methods of the module docstring, mixed in
+    before veRL's trainer class (`CobaTrainer`, `CobaColocateAsyncTrainer`).
 
     Args:
         config: veRL's composed config with an optional ``coba`` node (`CobaConfig` fields).
 
     Raises:
         ValueError: for the configurations `check_config` refuses.
-        RuntimeError: when the rollout engine generates more sessions than a group's budget.
+        LedgerError: when the rollout engine generates more sessions than a group's budget.
     """
+
+    #: veRL's name of the mode this trainer runs (``trainer.v1.trainer_mode`` as veRL reads it).
+    VERL_MODE: str = "sync"
 
     def __init__(self, config: DictConfig) -> None:
         self.coba_config = check_config(config)
-        # veRL's trainer base treats any mode but "sync" as asynchronous; the registered name has
-        # done its job (selecting this class) once we are constructed.
+        # veRL's trainer base branches on the mode's own name ("sync", "colocate_async"); the
+        # registered name has done its job (selecting this class) once we are constructed.
         with open_dict(config):
-            config.trainer.v1.trainer_mode = "sync"
+            config.trainer.v1.trainer_mode = self.VERL_MODE
         # Every submitted group and each session's fate (trained, cut, evicted, failed, in flight).
-        # veRL's sync buffer trains, evicts or discards every group of a step within the step.
+        # veRL's sync buffer trains, evicts or discards every group of a step within the step; in
+        # the async modes groups stay in flight across steps.
         self.ledger = RolloutLedger(overrun_hint=BUDGET_HINT)
         self._allocations: list[Allocation] = []  # rounds allocated this step
         self._cost: Counter = Counter()  # this step's `trained_cost`
@@ -241,9 +248,10 @@ class CobaTrainer(PPOTrainerSync):
             use_gloo_workers(self.role_worker_mapping)
 
     def _build_replay_buffer(self) -> ReplayBuffer:
-        """veRL's buffer; its own sync class rebuilt as `CobaReplayBuffer` (same arguments)."""
+        """veRL's buffer; its own classes rebuilt as `CobaReplayBuffer` / `CobaReplayBufferAsync`."""
         buffer = super()._build_replay_buffer()
-        if type(buffer) is not ReplayBuffer:
+        coba_class = COBA_BUFFERS.get(type(buffer))
+        if coba_class is None:
             logger.warning(
                 "trainer.v1.sampler.custom_sampler=%s: groups it clears without training them do not "
                 "feed the CoBA-RL tracker (subclass coba_verl.verl_plugin.replay_buffer.CobaReplayBuffer)",
@@ -251,7 +259,7 @@ class CobaTrainer(PPOTrainerSync):
             )
             return buffer
         counted = self.coba_config.strategy != "uniform"  # uniform keeps veRL's own selection
-        return CobaReplayBuffer.like(
+        return coba_class.like(
             buffer,
             on_clear=self._observe_cleared,
             rollouts_per_prompt=int(self.config.actor_rollout_ref.rollout.n) if counted else None,
@@ -318,7 +326,9 @@ class CobaTrainer(PPOTrainerSync):
         """veRL's step, then commit the tracker (before fit() may checkpoint) and add ``coba/`` metrics."""
         batch = super().step(metrics, timing_raw)
         start = time.perf_counter()
-        if self.ledger.groups:  # trained with no trajectory at all: every session of the group failed
+        # sync: a group still open came back without a trajectory, every session failed; async:
+        # open groups are in flight, and a group whose sessions all failed is evicted by veRL
+        if self.trainer_mode == "sync" and self.ledger.groups:
             logger.warning(
                 "%d prompt groups came back without a single finished session (first uids %s); their "
                 "rollouts are counted in coba/failed_rollouts",
@@ -342,6 +352,36 @@ class CobaTrainer(PPOTrainerSync):
         metrics[PREFIX + "plugin_time_s"] = self._plugin_time_s + time.perf_counter() - start
         self._plugin_time_s = 0.0
         return batch
+
+    def _load_checkpoint(self) -> None:
+        """veRL's resume; in the async modes, the restored prompt groups reopen in the ledger.
+
+        veRL restores TransferQueue's prompts (each with its ``__rollout_n__``) and later re-issues
+        those that were in flight; each is a group the interrupted run counted as generated, so it is
+        reopened as in flight, not generated again (`RolloutLedger.reopen`).
+        """
+        super()._load_checkpoint()
+        if self.trainer_mode == "sync":
+            return
+        items = (tq.kv_list("train") or {}).get("train", {})
+        uids = [key for key, tag in items.items() if tag.get("is_prompt", False)]
+        if not uids:
+            return
+        data = tq.kv_batch_get(keys=uids, partition_id="train", select_fields=["index", "__rollout_n__"])
+        ids = self.train_dataloader.prompt_ids.ids(list(data["index"])).tolist()
+        for uid, prompt_id, budget in zip(uids, ids, data["__rollout_n__"].tolist(), strict=True):
+            self.ledger.reopen(uid, prompt_id, budget, version=int(items[uid].get("global_steps", 0)))
+        logger.info("reopened %d prompt groups restored from TransferQueue in the rollout ledger", len(uids))
+
+    def _reissue_inflight_prompts(self, partition_id: str = "train") -> int:
+        """veRL's re-issue of the restored in-flight prompts; the ledger dates them to this step."""
+        reissued = super()._reissue_inflight_prompts(partition_id)
+        if reissued:
+            items = (tq.kv_list(partition_id) or {}).get(partition_id, {})
+            for uid, tag in items.items():
+                if tag.get("is_prompt", False) and tag.get("status") == "pending" and self.ledger.knows(uid):
+                    self.ledger.restart(uid, self.global_steps)
+        return reissued
 
     def on_validate_begin(self) -> None:
         """veRL's hook; in a validation-only run, count the generations as they finish."""
@@ -460,3 +500,23 @@ class CobaTrainer(PPOTrainerSync):
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
             scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
             self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths)
+
+
+@register_trainer(COBA_MODES["sync"])
+class CobaTrainer(CobaBudgets, PPOTrainerSync):
+    """veRL's synchronous V1 trainer with CoBA-RL budgets (``trainer.v1.trainer_mode=sync``).
+
+    Works with and without DAPO dynamic sampling (``algorithm.filter_groups``) and failed-group
+    refill (``trainer.v1.sampler.sync_refill_failed_groups``); every step trains M x n rollouts.
+    """
+
+    VERL_MODE = "sync"
+
+
+@register_trainer(COBA_MODES["colocate_async"])
+class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
+    """veRL's ``colocate_async`` V1 trainer with CoBA-RL budgets: generation runs ahead of the update
+    (warm-up batches, partial rollout), every update trains M x n rollouts, oldest groups first
+    (`CobaReplayBufferAsync`), and what it trains is reported in policy versions behind."""
+
+    VERL_MODE = "colocate_async"

@@ -78,16 +78,15 @@ def test_fail_open_fails_every_session_still_in_flight():
     assert counts["failed_rollouts"] == 2 and counts["in_flight_rollouts"] == 0
 
 
-def test_state_dict_round_trip_keeps_open_groups_and_their_settled_sessions():
+def test_a_reopened_group_is_in_flight_from_before_the_step_and_not_generated_again():
     ledger = RolloutLedger()
-    ledger.open_group("a", prompt_id=4, budget=3, version=2)
-    ledger.settle("a", {1: 7}, Fate.CUT)
-    restored = RolloutLedger()
-    restored.load_state_dict(ledger.state_dict())
-    assert restored.in_flight == 2 and restored.tally.in_flight_before == 2
-    restored.settle("a", {0: 1, 2: 1}, Fate.TRAINED, close=True, version=5)
-    tally = restored.close_step()
-    assert tally.balanced() and tally.versions_behind == [3, 3]
+    ledger.reopen("a", prompt_id=4, budget=3, version=2)
+    ledger.restart("a", version=5)
+    ledger.open_group("b", prompt_id=1, budget=2, version=5)
+    ledger.settle("a", {0: 1, 1: 1, 2: 1}, Fate.TRAINED, close=True, version=6)
+    tally = ledger.close_step()
+    assert tally.in_flight_before == 3 and tally.generated == 2 and tally.balanced()
+    assert tally.versions_behind == [1, 1, 1] and tally.in_flight_after == 2
 
 
 @settings(max_examples=200, deadline=None)

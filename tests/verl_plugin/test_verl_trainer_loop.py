@@ -43,7 +43,7 @@ from verl.utils.tokenizer import normalize_token_ids
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.trainer import CobaTrainer
+from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaTrainer
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
 # 3 ranks: 16 trajectories (plus multi-output extras) never fill lcm(3, ppo_mini_batch_size * n = 8) = 24,
@@ -128,6 +128,9 @@ class InlineAgentLoopManager:
             rollout_n = prompts["__rollout_n__"]
             record.update(dtype=rollout_n.dtype, shape=tuple(rollout_n.shape), budgets=rollout_n.tolist())
         (self.validations if "validate" in prompts.keys() else self.submissions).append(record)
+        self.dispatch(prompts)
+
+    def dispatch(self, prompts: TensorDict) -> None:
         for worker, chunk in zip(self.workers, prompts.chunk(len(self.workers)), strict=False):
             self.loop.run_until_complete(worker.generate_sequences(chunk))
         pending = [task for worker in self.workers for task in worker.background_tasks]
@@ -179,6 +182,12 @@ class NoWeightSync:
     def update_weights(self, global_steps=None):
         pass
 
+    def abort_replicas(self):  # colocate_async
+        pass
+
+    def resume_generation_replicas(self):  # colocate_async
+        pass
+
 
 @pytest.fixture(scope="module")
 def transfer_queue(coba_compose):
@@ -204,7 +213,7 @@ def clear_transfer_queue(tq) -> None:
             tq.kv_clear(keys=list(items), partition_id=partition_id)
 
 
-def loop_config(small_config, ckpt_dir, *overrides):
+def loop_config(small_config, ckpt_dir, *overrides, mode=COBA_TRAINER_MODE):
     """The config ``TaskRunnerV1`` receives from ``python -m coba_verl.main`` (trainer_mode=coba_sync)."""
     return small_config(
         f"trainer.total_training_steps={STEPS}",
@@ -214,7 +223,7 @@ def loop_config(small_config, ckpt_dir, *overrides):
         "trainer.logger=[file]",
         f"trainer.default_local_dir={ckpt_dir}",
         f"trainer.n_gpus_per_node={DP_SIZE}",
-        f"trainer.v1.trainer_mode={COBA_TRAINER_MODE}",
+        f"trainer.v1.trainer_mode={mode}",
         *overrides,
     )
 
@@ -245,7 +254,12 @@ def fit(config, tokenizer, tq, log_path, monkeypatch, cls=CobaTrainer, manager_c
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])  # rewards come with rollouts
     trainer._load_checkpoint()
     manager = (manager_cls or InlineAgentLoopManager)(config, tokenizer)
-    trainer.fit(manager)
+    try:
+        trainer.fit(manager)
+    finally:
+        if hasattr(manager, "drain"):  # sessions still generating in other processes
+            manager.drain()
+            clear_transfer_queue(tq)
     trainer.logger.finish()
     return trainer, manager
 
@@ -487,8 +501,8 @@ def test_session_count_check_fires_when_the_engine_ignores_rollout_n(
     from n, and the first group that comes back with n sessions stops the run, naming it."""
     with pytest.raises(
         RuntimeError,
-        match=r"finished sessions \[(2, )?3\] but was allocated B_i=[23] rollouts: the rollout engine did not "
-        r"honour the budget\. A custom agent_loop_manager_class",
+        match=r"finished sessions \[(2, )?3\] but was allocated B_i=[23] rollouts: the rollout engine did "
+        r"not honour the budget\. A custom agent_loop_manager_class",
     ):
         fit(
             loop_config(small_config, tmp_path / "ckpt"), tiny_tokenizer, transfer_queue,
@@ -508,15 +522,20 @@ def logged_steps(path) -> dict[int, dict]:
 FATES = ("trained", "cut", "evicted", "failed")
 
 
-def assert_every_step_balances(logged: dict[int, dict]) -> None:
+def assert_every_step_balances(
+    logged: dict[int, dict], synchronous: bool = True, before: float = 0.0
+) -> None:
     """The ledger's identity on every logged training step: in flight before + generated = trained
-    + cut + evicted + failed + in flight after, nothing in flight across a synchronous step."""
-    before = 0.0
+    + cut + evicted + failed + in flight after (nothing in flight across a synchronous step), and the
+    tracker scored exactly the trained, cut and evicted sessions."""
     for step in sorted(step for step in logged if step):
         data = logged[step]
         settled = sum(data[f"coba/{fate}_rollouts"] for fate in FATES)
         assert before + data["coba/rollouts_generated"] == settled + data["coba/in_flight_rollouts"], step
-        assert data["coba/in_flight_rollouts"] == 0 and data["coba/versions_behind_max"] == 0
+        scored = data["coba/trained_rollouts"] + data["coba/cut_rollouts"] + data["coba/evicted_rollouts"]
+        assert data["coba/rollouts"] == scored, step
+        if synchronous:
+            assert data["coba/in_flight_rollouts"] == 0 and data["coba/versions_behind_max"] == 0
         before = data["coba/in_flight_rollouts"]
 
 
@@ -790,3 +809,198 @@ def test_token_budget_keeps_each_rounds_tokens_and_veRL_trains_what_it_generated
         assert sessions == sum(submission["budgets"])
         assert rows % math.lcm(DP_SIZE, update["mini_batch_size"]) == 0
         assert steps == rows // update["mini_batch_size"] * update["epochs"]
+
+
+# ---------------------------------------------------------------------- colocate_async
+# The agent loop workers run in Ray actors of their own, as veRL's do, so generation runs while the
+# trainer samples and updates: a session with id s answers after s x SESSION_DELAY_S, so the large
+# groups finish last. One warm-up batch keeps a round in flight ahead of each update.
+SESSION_DELAY_S = 0.15
+ASYNC = ("trainer.v1.colocate_async.num_warmup_batches=1",)
+
+
+class AsyncScriptedWorker(ScriptedAgentLoopWorker):
+    """`ScriptedAgentLoopWorker` in a Ray actor; sessions take time, and with ``hang_step`` the even
+    indices submitted at that step never finish (they are in flight at the next checkpoint)."""
+
+    def __init__(self, config, tokenizer) -> None:
+        import transfer_queue
+
+        super().__init__(config, tokenizer)
+        transfer_queue.init()  # as AgentLoopWorkerTQ.__init__: the driver's TransferQueue
+        self.hang_step: int | None = None
+
+    def set_hang_step(self, step: int | None) -> None:
+        self.hang_step = step
+
+    async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        if not trajectory["validate"]:
+            await asyncio.sleep(SESSION_DELAY_S * int(kwargs["session_id"]))
+            if kwargs["global_steps"] == self.hang_step and int(kwargs["index"]) % 2 == 0:
+                await asyncio.sleep(3600)
+        return await super()._run_agent_loop(
+            sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+        )
+
+    async def drain(self) -> None:
+        """Cancel what is still generating (the end of a run)."""
+        tasks = list(self.background_tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@pytest.fixture(scope="module")
+def async_workers(transfer_queue, small_config, tiny_tokenizer):
+    """Two `AsyncScriptedWorker` actors for the module's asynchronous runs."""
+    import sys
+
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests are not importable in Ray
+    remote = ray.remote(num_cpus=0)(AsyncScriptedWorker)
+    workers = [remote.remote(small_config(), tiny_tokenizer) for _ in range(2)]
+    yield workers
+    for worker in workers:
+        ray.kill(worker)
+
+
+class RayAgentLoopManager(InlineAgentLoopManager):
+    """veRL's AgentLoopManagerTQ.generate_sequences: chunks sent to the worker actors, not awaited."""
+
+    def __init__(self, workers, hang_step: int | None = None) -> None:
+        import ray
+
+        self.workers = workers
+        self.submissions, self.validations = [], []
+        ray.get([worker.set_hang_step.remote(hang_step) for worker in workers])
+
+    def dispatch(self, prompts: TensorDict) -> None:
+        for worker, chunk in zip(self.workers, prompts.chunk(len(self.workers)), strict=False):
+            worker.generate_sequences.remote(chunk)
+
+    def drain(self) -> None:
+        import ray
+
+        ray.get([worker.drain.remote() for worker in self.workers])
+
+
+def async_fit(workers, small_config, tokenizer, tq, root, *overrides, hang_step=None, ckpt=None):
+    """`fit` under ``trainer.v1.trainer_mode=colocate_async`` with the worker actors."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        config = loop_config(small_config, ckpt or root / "ckpt", *ASYNC, *overrides, mode="colocate_async")
+        trainer, manager = fit(
+            config, tokenizer, tq, root / "metrics.jsonl", monkeypatch,
+            cls=CobaColocateAsyncTrainer,
+            manager_cls=lambda config, tokenizer: RayAgentLoopManager(workers, hang_step),
+        )  # fmt: skip
+    return SimpleNamespace(
+        trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"), ckpt=root / "ckpt"
+    )
+
+
+@pytest.fixture(scope="module")
+def async_coba(async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    """CoBA under colocate_async; the even indices submitted at step 4 hang, so they are in flight
+    when step 4's checkpoint is written."""
+    root = tmp_path_factory.mktemp("async-coba")
+    return async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, root, "trainer.save_freq=2", hang_step=4
+    )
+
+
+@pytest.fixture(scope="module")
+def async_uniform(async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    root = tmp_path_factory.mktemp("async-uniform")
+    return async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, root, "coba.strategy=uniform",
+        "trainer.save_freq=-1",
+    )  # fmt: skip
+
+
+def test_colocate_async_runs_veRLs_async_machinery_with_the_coba_buffer(async_coba):
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+
+    from coba_verl.verl_plugin.replay_buffer import CobaReplayBufferAsync
+
+    trainer = async_coba.trainer
+    assert type(trainer) is CobaColocateAsyncTrainer and isinstance(trainer, PPOTrainerColocateAsync)
+    assert trainer.trainer_mode == "colocate_async"
+    assert type(trainer.replay_buffer) is CobaReplayBufferAsync and trainer.replay_buffer.counts_rollouts(
+        "train"
+    )
+    # the warm-up round went out before step 1's own: generation ran a round ahead
+    assert [s["step"] for s in async_coba.manager.submissions[:2]] == [1, 1]
+
+
+def test_colocate_async_updates_train_m_times_n_rollouts_with_uniforms_rows_and_optimizer_steps(
+    async_coba, async_uniform
+):
+    coba = [update_cost(u) for u in async_coba.trainer.actor_rollout_wg.updates]
+    uniform = [update_cost(u) for u in async_uniform.trainer.actor_rollout_wg.updates]
+    target = PROMPTS_PER_STEP * ROLLOUT_N
+    assert len(coba) == len(uniform) == STEPS
+    assert [sessions for sessions, _, _ in coba] == [target] * STEPS
+    assert [sessions for sessions, _, _ in uniform] == [target] * STEPS
+    assert [(rows, steps) for _, rows, steps in coba] == [(rows, steps) for _, rows, steps in uniform]
+    assert any(len(set(s["budgets"])) > 1 for s in async_coba.manager.submissions)  # budgets differed
+
+
+def test_colocate_async_ledger_balances_with_groups_in_flight_across_steps(async_coba):
+    logged = async_coba.logged
+    assert_every_step_balances(logged, synchronous=False)
+    assert all(logged[step]["coba/in_flight_rollouts"] > 0 for step in range(1, STEPS + 1))
+    assert max(logged[step]["coba/versions_behind_max"] for step in range(1, STEPS + 1)) >= 1
+    generated = sum(sum(s["budgets"]) for s in async_coba.manager.submissions)
+    assert sum(logged[step]["coba/rollouts_generated"] for step in range(1, STEPS + 1)) == generated
+
+
+def test_colocate_async_uniform_keeps_veRLs_sampling_by_groups(async_uniform):
+    assert not async_uniform.trainer.replay_buffer.counts_rollouts("train")
+    assert all(set(s["budgets"]) == {ROLLOUT_N} for s in async_uniform.manager.submissions)
+    assert_every_step_balances(async_uniform.logged, synchronous=False)
+
+
+def test_colocate_async_resume_reissues_in_flight_prompts_with_their_budgets_counted_once(
+    async_coba, async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    """Resumed from step 4, whose checkpoint holds step 4's hung prompts in flight: veRL re-issues
+    them with the budgets they were submitted with, the ledger counts them as in flight (not
+    generated again), and step 5's round is the uninterrupted run's."""
+    resumed = async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path,
+        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={async_coba.ckpt / 'global_step_4'}",
+        "trainer.save_freq=-1", ckpt=async_coba.ckpt,
+    )  # fmt: skip
+    original = {
+        uid: budget
+        for s in async_coba.manager.submissions
+        for uid, budget in zip(s["uid"], s["budgets"], strict=True)
+    }
+    hung = [
+        (uid, budget)
+        for s in async_coba.manager.submissions
+        if s["step"] == 4
+        for uid, index, budget in zip(s["uid"], s["index"], s["budgets"], strict=True)
+        if index % 2 == 0
+    ]
+    assert hung, "step 4 submitted no even index to hang"
+    reissue, *fresh = resumed.manager.submissions
+    assert reissue["step"] == 5 and set(reissue["uid"]) >= {uid for uid, _ in hung}
+    assert all(
+        original[uid] == budget for uid, budget in zip(reissue["uid"], reissue["budgets"], strict=True)
+    )
+    # the prompts drawn after the checkpoint (warm-up top-up, then step 5's) are the uninterrupted
+    # run's step 5 round, with its budgets
+    drawn = [pair for s in fresh for pair in zip(s["index"], s["budgets"], strict=True)]
+    first_after = next(s for s in async_coba.manager.submissions if s["step"] == 5)
+    assert drawn[:PROMPTS_PER_STEP] == list(zip(first_after["index"], first_after["budgets"], strict=True))
+    # what the checkpointed run had in flight after step 4 (finished, untrained, or hung) is what the
+    # resumed run starts with in flight: neither lost nor generated twice
+    before = async_coba.logged[4]["coba/in_flight_rollouts"]
+    assert before >= sum(budget for _, budget in hung)
+    after_resume = {step: data for step, data in resumed.logged.items() if step >= 5}
+    assert_every_step_balances(after_resume, synchronous=False, before=before)
+    generated = sum(sum(s["budgets"]) for s in fresh if s["step"] == 5)
+    assert after_resume[5]["coba/rollouts_generated"] == generated
