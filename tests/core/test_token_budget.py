@@ -80,6 +80,16 @@ def test_unknown_lengths_take_the_mean_of_the_known_and_none_known_means_rollout
     )
 
 
+@pytest.mark.parametrize("bad", [0.0, -4.0, np.inf, -np.inf])
+def test_a_bad_length_is_refused_by_value_while_nan_stays_unknown(bad):
+    """NaN marks a length never recorded (filled with the mean of the known); any other value is a
+    measurement, and one that is not a positive finite token count is an error naming it."""
+    with pytest.raises(ValueError, match=rf"length of prompt 1 is {bad}"):
+        fill_lengths(np.array([10.0, bad, np.nan, 30.0]))
+    with pytest.raises(ValueError, match=rf"length of prompt 1 is {bad}"):
+        allocate(np.array([0.2, 0.5, 0.9]), 24, max_rollouts=16, lengths=[100.0, bad, 50.0])
+
+
 def test_bad_lengths_and_a_capacity_below_b_low_are_refused_by_name():
     gains = GeometricGains(np.ones(2), np.full(2, 0.1))
     with pytest.raises(ValueError, match="length of prompt 1 is -4.0"):
