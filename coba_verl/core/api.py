@@ -25,6 +25,10 @@ class _AllocateConfig(CobaConfig):
     def _name(self, field: str) -> str:
         return {"static_alpha": "alpha", "static_beta": "beta"}.get(field, field)
 
+    def _token_budget_names(self) -> tuple[str, str]:
+        """`allocate` has no ``budget_unit``: its ``lengths`` ask for the token budget."""
+        return "lengths (a token budget)", "Pass lengths=None to count rollouts"
+
 
 def _as_floats(values: Any, name: str) -> np.ndarray:
     """``values`` as a float64 array, or a TypeError naming ``name`` and the first entry that is no number."""

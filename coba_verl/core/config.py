@@ -286,10 +286,11 @@ class CobaConfig:
                 f"{name('budget_unit')}={self.budget_unit!r} is unknown; choose one of {BUDGET_UNITS}."
             )
         if self.budget_unit == "tokens" and self.strategy not in TOKEN_BUDGET_STRATEGIES:
+            setting, fix = self._token_budget_names()
             raise ValueError(
-                f"{name('budget_unit')}='tokens' needs a strategy whose value is maximised under a token "
-                f"budget, one of {TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates "
-                "rollouts only."
+                f"{setting} needs a strategy whose value is maximised under a token budget, one of "
+                f"{TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates rollouts only. "
+                f"{fix}, or one of those strategies."
             )
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)
@@ -314,6 +315,10 @@ class CobaConfig:
     def _name(self, field: str) -> str:
         """How messages name a field: ``coba.<field>``, the key a veRL or yaml user sets."""
         return f"coba.{field}"
+
+    def _token_budget_names(self) -> tuple[str, str]:
+        """How messages name the setting that asks for a token budget, and how to count rollouts instead."""
+        return f"{self._name('budget_unit')}='tokens'", f"Set {self._name('budget_unit')}=rollouts"
 
     @classmethod
     def from_mapping(cls, mapping: dict[str, Any]) -> CobaConfig:
