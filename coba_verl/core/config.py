@@ -170,7 +170,7 @@ class CobaConfig:
             readable reference; ``dp``: exact dynamic programme (slow; for checking).
             ``knapsack`` uses it for its knapsack step; ``uniform`` ignores it.
         success_value: A rollout counts as a success iff its score equals this value (spec §2).
-            Works for 0/1 and DAPO's -1/+1 scorers alike.
+            Works for 0/1 and DAPO's -1/+1 scorers alike. Must be finite.
         unseen_pass_rate: Pass rate used for a prompt without history when other prompts of the
             batch have history (spec §2) [release: 0.5]. A batch with no history at all is
             allocated uniformly.
@@ -270,6 +270,12 @@ class CobaConfig:
                     f"{name('tau')}={self.tau} must be positive, or null/None for the adaptive rule."
                 )
         self.success_value = check_real(name("success_value"), self.success_value)
+        if not math.isfinite(self.success_value):
+            raise ValueError(
+                f"{name('success_value')}={self.success_value} must be finite: no score equals it (a NaN or "
+                "infinite score is refused), so every rollout would count as a failure. Set the score of "
+                "a success, e.g. 1.0."
+            )
         self.unseen_pass_rate = check_real(name("unseen_pass_rate"), self.unseen_pass_rate)
         if not 0.0 <= self.unseen_pass_rate <= 1.0:
             raise ValueError(f"{name('unseen_pass_rate')}={self.unseen_pass_rate} must lie in [0, 1].")

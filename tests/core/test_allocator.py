@@ -117,6 +117,8 @@ def test_uniform_split_gives_the_remainder_to_the_first_prompts():
         ({"tau": -1.0}, "coba.tau=-1.0 must be positive"),
         ({"solver": "magic"}, "coba.solver='magic' is unknown"),
         ({"p_clip_low": 0.5, "p_clip_high": 0.4}, "must satisfy 0 < low < high < 1"),
+        ({"success_value": float("nan")}, "coba.success_value=nan must be finite: no score equals it"),
+        ({"success_value": float("inf")}, "coba.success_value=inf must be finite: no score equals it"),
     ],
 )
 def test_config_raises_error(kwargs, message):
