@@ -322,3 +322,21 @@ def test_a_missing_prior_file_is_refused_before_ray_starts(tmp_path):
         preflight.check_inputs(cfg)
     (tmp_path / "priors.jsonl").write_text('{"index": 0, "pass_rate": 0.5}\n')
     preflight.check_inputs(cfg)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"index": 0, "pass_rate": 0.5}\nnot json\n', r" line 2 is not JSON"),
+        ('{"index": 3, "pass_rate": 1.5}\n', r": the prior pass rate of index 3 is 1.5; a pass rate lies in"),
+        ('{"index": 1, "successes": 5, "attempts": 4}\n', r": the prior of index 1 is successes=5, attempts"),
+    ],
+)
+def test_a_prior_file_the_trainer_would_refuse_is_refused_before_ray_starts(tmp_path, content, message):
+    """The pre-flight reads the file with the trainer's reader (`read_prior_file`), so a bad record
+    is one line before Ray starts, not an error inside a Ray worker."""
+    (tmp_path / "priors.jsonl").write_text(content)
+    cfg = config(tmp_path)
+    OmegaConf.update(cfg, "coba.prior_file", str(tmp_path / "priors.jsonl"), force_add=True)
+    with pytest.raises(CobaRefusal, match=r"coba.prior_file: file \S*priors.jsonl" + message):
+        preflight.check_inputs(cfg)
