@@ -165,6 +165,21 @@ def test_an_error_the_interpreter_raises_inside_coba_verl_code_keeps_its_traceba
     assert not preflight.raised_by_coba_verl(bug.value)
 
 
+def test_a_refusal_raised_in_a_ray_actor_prints_its_own_message_not_rays_traceback(capsys):
+    """Ray re-raises an actor's error as ``RayTaskError(CobaRefusal)``, an instance of both whose str
+    is the remote traceback; the refusal printed is the remote error itself (``.cause``)."""
+    from ray.exceptions import RayTaskError
+
+    remote = CobaRefusal("the checkpoint holds other prompts. Start fresh.")
+    carried = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", remote)
+    carried = carried.as_instanceof_cause()
+    assert preflight.carried_refusal(carried) is remote
+    with pytest.raises(SystemExit) as exit_info, preflight.exit_on_refusal():
+        raise carried
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "coba-verl: the checkpoint holds other prompts. Start fresh.\n"
+
+
 def run_main(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
     return subprocess.run(
         [sys.executable, "-m", "coba_verl.main", "--config-path", str(ROOT / "recipes/tiny_cpu/config"),

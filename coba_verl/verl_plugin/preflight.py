@@ -43,7 +43,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from coba_verl.cli import refuse
+from coba_verl.cli import carried_error, refuse
 from coba_verl.core.config import CobaConfig
 from coba_verl.records.priors import read_prior_file
 from coba_verl.records.saved_state import local_model_path
@@ -120,15 +120,9 @@ def exit_on_refusal() -> Iterator[None]:
 
 
 def carried_refusal(error: BaseException) -> CobaRefusal | None:
-    """``error`` if it is a `CobaRefusal`, or the one a Ray task error carries; else None."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, CobaRefusal):
-            return current
-        current = getattr(current, "cause", None) or current.__cause__  # RayTaskError.cause: the remote error
-    return None
+    """``error`` if it is a `CobaRefusal`, or the one it carries (a Ray task error's remote error, a
+    cause: `coba_verl.cli.carried_error`); else None."""
+    return carried_error(error, CobaRefusal)
 
 
 def raised_by_coba_verl(error: BaseException) -> bool:
