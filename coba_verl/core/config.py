@@ -3,7 +3,8 @@
 The veRL config group ``coba`` (``coba_verl/config/coba/default.yaml``) mirrors these fields
 key for key; a test keeps the two from drifting. `coba_verl.allocate`, `BudgetAllocator`, the veRL
 trainer and the lab all build a `CobaConfig`, so the rules below hold for every one of them. Nothing
-here imports veRL; beyond the standard library it needs numpy (through `coba_verl.core.group_weight`).
+here imports veRL; beyond the standard library it needs numpy (`invalid_pass_rates`, and
+`coba_verl.core.group_weight`).
 """
 
 from __future__ import annotations

@@ -184,7 +184,8 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
-        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
+        ValueError: ``--coba.budget_unit tokens`` (`require_rollout_budget`: a round is M x n
+            samples); ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist or that the trainer's reader
             (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
             ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
