@@ -165,6 +165,21 @@ def test_an_error_the_interpreter_raises_inside_coba_verl_code_keeps_its_traceba
     assert not preflight.raised_by_coba_verl(bug.value)
 
 
+def test_a_refusal_raised_in_a_ray_actor_prints_its_own_message_not_rays_traceback(capsys):
+    """Ray re-raises an actor's error as ``RayTaskError(CobaRefusal)``, an instance of both whose str
+    is the remote traceback; the refusal printed is the remote error itself (``.cause``)."""
+    from ray.exceptions import RayTaskError
+
+    remote = CobaRefusal("the checkpoint holds other prompts. Start fresh.")
+    carried = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", remote)
+    carried = carried.as_instanceof_cause()
+    assert preflight.carried_refusal(carried) is remote
+    with pytest.raises(SystemExit) as exit_info, preflight.exit_on_refusal():
+        raise carried
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "coba-verl: the checkpoint holds other prompts. Start fresh.\n"
+
+
 def run_main(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
     return subprocess.run(
         [sys.executable, "-m", "coba_verl.main", "--config-path", str(ROOT / "recipes/tiny_cpu/config"),
@@ -322,3 +337,21 @@ def test_a_missing_prior_file_is_refused_before_ray_starts(tmp_path):
         preflight.check_inputs(cfg)
     (tmp_path / "priors.jsonl").write_text('{"index": 0, "pass_rate": 0.5}\n')
     preflight.check_inputs(cfg)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"index": 0, "pass_rate": 0.5}\nnot json\n', r" line 2 is not JSON"),
+        ('{"index": 3, "pass_rate": 1.5}\n', r": the prior pass rate of index 3 is 1.5; a pass rate lies in"),
+        ('{"index": 1, "successes": 5, "attempts": 4}\n', r": the prior of index 1 is successes=5, attempts"),
+    ],
+)
+def test_a_prior_file_the_trainer_would_refuse_is_refused_before_ray_starts(tmp_path, content, message):
+    """The pre-flight reads the file with the trainer's reader (`read_prior_file`), so a bad record
+    is one line before Ray starts, not an error inside a Ray worker."""
+    (tmp_path / "priors.jsonl").write_text(content)
+    cfg = config(tmp_path)
+    OmegaConf.update(cfg, "coba.prior_file", str(tmp_path / "priors.jsonl"), force_add=True)
+    with pytest.raises(CobaRefusal, match=r"coba.prior_file: file \S*priors.jsonl" + message):
+        preflight.check_inputs(cfg)

@@ -48,7 +48,7 @@ class Allocation:
             sum_i b_i L_i <= total / M * sum_i L_i (``tokens``), min_rollouts <= b <= max_rollouts.
         pass_rates: (M,) float64 p_hat from the tracker, NaN for prompts without history.
         lengths: (M,) float64 recent mean response tokens per rollout, NaN where unknown (or None).
-        rollouts_per_prompt: total / M, the n of uniform GRPO on this batch.
+        rollouts_per_prompt: total / M, the n of uniform GRPO on this batch (NaN: unknown).
         strategy: The strategy that produced ``budgets`` (``uniform`` on a cold start).
         alpha: Beta alpha used (NaN when no Beta was involved).
         beta: Beta beta used (NaN when no Beta was involved).
@@ -74,8 +74,9 @@ class Allocation:
     @property
     def metrics(self) -> dict[str, float]:
         """Scalars under ``coba/``: budget statistics, Beta shape, tau, time, and the expected share of
-        zero-variance groups (all pass or all fail) under these budgets versus a uniform split,
-        both from p_hat over the prompts with history: mean_i p_i^B_i + (1 - p_i)^B_i; where some
+        zero-variance groups (all pass or all fail) under these budgets versus uniform GRPO's n each
+        (`uniform_split` of the budget total = n M, also under ``budget_unit=tokens``, where sum_i B_i
+        varies), both from p_hat over the prompts with history: mean_i p_i^B_i + (1 - p_i)^B_i; where some
         prompt's length is known, the tokens these budgets are expected to generate, sum_i B_i L_i,
         and what n each would, n sum_i L_i (unknown L_i take the batch's mean of the known)."""
         b = self.budgets.astype(np.float64)
@@ -95,7 +96,7 @@ class Allocation:
         seen = ~np.isnan(self.pass_rates)
         if seen.any():
             p = self.pass_rates[seen]
-            uni = uniform_split(self.budgets.size, int(self.budgets.sum()))[seen].astype(np.float64)
+            uni = uniform_split(self.budgets.size, self._total())[seen].astype(np.float64)
             out["expected_zero_var_share"] = float(np.mean(p ** b[seen] + (1 - p) ** b[seen]))
             out["expected_zero_var_share_uniform"] = float(np.mean(p**uni + (1 - p) ** uni))
         filled = fill_lengths(self.lengths) if self.lengths is not None else None
@@ -104,6 +105,13 @@ class Allocation:
             out["expected_tokens_uniform"] = float(self.rollouts_per_prompt * filled.sum())
         out.update(self.extra)
         return {METRIC_PREFIX + k: v for k, v in out.items()}
+
+    def _total(self) -> int:
+        """The rollout budget total = n M of uniform GRPO on this batch (`rollouts_per_prompt` x M);
+        sum_i B_i when ``rollouts_per_prompt`` is unknown (NaN), which it equals under a rollout budget."""
+        if np.isnan(self.rollouts_per_prompt):
+            return int(self.budgets.sum())
+        return round(self.rollouts_per_prompt * self.budgets.size)
 
 
 def allocate_from_rates(

@@ -25,6 +25,10 @@ class _AllocateConfig(CobaConfig):
     def _name(self, field: str) -> str:
         return {"static_alpha": "alpha", "static_beta": "beta"}.get(field, field)
 
+    def _token_budget_names(self) -> tuple[str, str]:
+        """`allocate` has no ``budget_unit``: its ``lengths`` ask for the token budget."""
+        return "lengths (a token budget)", "Pass lengths=None to count rollouts"
+
 
 def _as_floats(values: Any, name: str) -> np.ndarray:
     """``values`` as a float64 array, or a TypeError naming ``name`` and the first entry that is no number."""
@@ -89,9 +93,10 @@ def allocate(
         ``lengths``: sum_i B_i L_i <= total_budget / M * sum_i L_i).
 
     Raises:
-        ValueError: infeasible budget, empty batch, pass rates outside [0, 1], unknown strategy or
-            solver, min_rollouts < 2, alpha without beta (or beta without alpha), a knob out of
-            range; each message names the argument as passed here.
+        ValueError: infeasible budget, empty batch, pass rates outside [0, 1], a length that is
+            neither NaN nor finite and > 0, unknown strategy or solver, min_rollouts < 2, alpha
+            without beta (or beta without alpha), a knob out of range; each message names the
+            argument as passed here.
         TypeError: an argument of the wrong type, e.g. ``total_budget="40"`` or a pass rate that is
             not a number (``pass_rates=['abc']``).
 

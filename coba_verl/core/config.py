@@ -3,7 +3,8 @@
 The veRL config group ``coba`` (``coba_verl/config/coba/default.yaml``) mirrors these fields
 key for key; a test keeps the two from drifting. `coba_verl.allocate`, `BudgetAllocator`, the veRL
 trainer and the lab all build a `CobaConfig`, so the rules below hold for every one of them. Nothing
-here imports veRL; beyond the standard library it needs numpy (through `coba_verl.core.group_weight`).
+here imports veRL; beyond the standard library it needs numpy (`invalid_pass_rates`, and
+`coba_verl.core.group_weight`).
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class CobaConfig:
             readable reference; ``dp``: exact dynamic programme (slow; for checking).
             ``knapsack`` uses it for its knapsack step; ``uniform`` ignores it.
         success_value: A rollout counts as a success iff its score equals this value (spec §2).
-            Works for 0/1 and DAPO's -1/+1 scorers alike.
+            Works for 0/1 and DAPO's -1/+1 scorers alike. Must be finite.
         unseen_pass_rate: Pass rate used for a prompt without history when other prompts of the
             batch have history (spec §2) [release: 0.5]. A batch with no history at all is
             allocated uniformly.
@@ -270,6 +271,12 @@ class CobaConfig:
                     f"{name('tau')}={self.tau} must be positive, or null/None for the adaptive rule."
                 )
         self.success_value = check_real(name("success_value"), self.success_value)
+        if not math.isfinite(self.success_value):
+            raise ValueError(
+                f"{name('success_value')}={self.success_value} must be finite: no score equals it (a NaN or "
+                "infinite score is refused), so every rollout would count as a failure. Set the score of "
+                "a success, e.g. 1.0."
+            )
         self.unseen_pass_rate = check_real(name("unseen_pass_rate"), self.unseen_pass_rate)
         if not 0.0 <= self.unseen_pass_rate <= 1.0:
             raise ValueError(f"{name('unseen_pass_rate')}={self.unseen_pass_rate} must lie in [0, 1].")
@@ -286,10 +293,11 @@ class CobaConfig:
                 f"{name('budget_unit')}={self.budget_unit!r} is unknown; choose one of {BUDGET_UNITS}."
             )
         if self.budget_unit == "tokens" and self.strategy not in TOKEN_BUDGET_STRATEGIES:
+            setting, fix = self._token_budget_names()
             raise ValueError(
-                f"{name('budget_unit')}='tokens' needs a strategy whose value is maximised under a token "
-                f"budget, one of {TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates "
-                "rollouts only."
+                f"{setting} needs a strategy whose value is maximised under a token budget, one of "
+                f"{TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates rollouts only. "
+                f"{fix}, or one of those strategies."
             )
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)
@@ -314,6 +322,10 @@ class CobaConfig:
     def _name(self, field: str) -> str:
         """How messages name a field: ``coba.<field>``, the key a veRL or yaml user sets."""
         return f"coba.{field}"
+
+    def _token_budget_names(self) -> tuple[str, str]:
+        """How messages name the setting that asks for a token budget, and how to count rollouts instead."""
+        return f"{self._name('budget_unit')}='tokens'", f"Set {self._name('budget_unit')}=rollouts"
 
     @classmethod
     def from_mapping(cls, mapping: dict[str, Any]) -> CobaConfig:

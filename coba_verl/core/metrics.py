@@ -1,6 +1,6 @@
-"""The ``coba/...`` metrics a training step logs through veRL's `Tracking`.
+"""The ``coba/...`` metrics of a training step, which each trainer hands to its framework's logger.
 
-Every value is a finite scalar, so that every Tracking backend (console, file, tensorboard,
+Every value is a finite scalar, so that every logging backend (console, file, tensorboard,
 wandb, mlflow, ...) accepts it; the budget histogram is therefore logged as counts per bin.
 
 Per step (names after the ``coba/`` prefix):

@@ -32,22 +32,43 @@ import numpy as np
 from coba_verl.core.gains import GainModel
 
 
-def check_lengths(lengths: np.ndarray, size: int) -> np.ndarray:
-    """(M,) positive finite float64 lengths; ValueError naming the first bad one."""
+def check_lengths(lengths: np.ndarray, size: int, *, unknown: bool = False) -> np.ndarray:
+    """(M,) float64 lengths, each finite and > 0; with ``unknown``, NaN too (a length never recorded).
+
+    ValueError naming the first bad one: ``check_lengths([3.0, -4.0], 2)`` -> "length of prompt 1 is
+    -4.0: ...". The rule of `check_pass_rates` (NaN allowed only as "unseen") and of
+    `scores_to_successes` (a non-finite score is an error, never a failure).
+    """
     lengths = np.asarray(lengths, dtype=np.float64)
     if lengths.shape != (size,):
         raise ValueError(f"lengths must have shape ({size},), got {lengths.shape}.")
     bad = ~(np.isfinite(lengths) & (lengths > 0))
+    if unknown:
+        bad &= ~np.isnan(lengths)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"length of prompt {j} is {lengths[j]}: a mean response length is > 0 tokens.")
+        unknown_note = " (NaN marks an unknown one)" if unknown else ""
+        raise ValueError(
+            f"length of prompt {j} is {lengths[j]}: a mean response length is > 0 tokens{unknown_note}."
+        )
     return lengths
 
 
 def fill_lengths(lengths: np.ndarray) -> np.ndarray | None:
-    """Unknown (NaN) lengths replaced by the mean of the known ones; None when none is known."""
-    lengths = np.asarray(lengths, dtype=np.float64)
-    known = np.isfinite(lengths) & (lengths > 0)
+    """Unknown (NaN) lengths replaced by the mean of the known ones; None when none is known.
+
+    NaN is how a missing length reads: `CapabilityTracker.mean_lengths` gives it to a prompt never
+    observed (or observed with no length recorded), and `coba_verl.allocate` takes it for "unknown".
+    Such a prompt costs what the batch's known prompts cost on average (docs/algorithm.md, "Token
+    budget"), and a batch with none known is allocated by rollouts. Any other value is a measurement,
+    and one that is no positive finite token count (0, negative, infinite) is refused by
+    `check_lengths`, naming it, rather than replaced: a broken length must not pass for an average one.
+
+    Raises:
+        ValueError: a length that is neither NaN nor finite and > 0.
+    """
+    lengths = check_lengths(lengths, np.size(lengths), unknown=True)
+    known = ~np.isnan(lengths)
     if not known.any():
         return None
     return np.where(known, lengths, float(lengths[known].mean()))

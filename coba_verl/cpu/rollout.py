@@ -357,15 +357,6 @@ class HFServer:
             "asleep": sorted(self.asleep),
         }
 
-    @torch.no_grad()
-    def token_logprobs(
-        self, prompt_ids: list[int], response_ids: list[int], temperature: float = 1.0
-    ) -> list[float]:
-        """log pi(response_t | prompt, response_<t) under the served weights (for checks)."""
-        ids = torch.tensor([prompt_ids + response_ids])
-        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
-        return F.log_softmax(logits, -1).gather(-1, torch.tensor(response_ids)[:, None]).squeeze(-1).tolist()
-
     # ------------------------------------------------------------------ engine control (no device memory)
     async def wake_up(self, tags: list[str] | None = None) -> None:
         """Restore the parts ``tags`` (default: weights and KV cache)."""

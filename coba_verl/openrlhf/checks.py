@@ -19,6 +19,7 @@ from typing import Any
 from coba_verl.core import CobaConfig, check_budget
 from coba_verl.core.config import require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
+from coba_verl.records.priors import read_prior_file
 
 __all__ = [
     "COBA_FLAG_PREFIX",
@@ -183,8 +184,10 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
-        ValueError: ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
-            ``--coba.prior_file`` that does not exist; ``--coba.group_weight equal`` with a
+        ValueError: ``--coba.budget_unit tokens`` (`require_rollout_budget`: a round is M x n
+            samples); ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
+            ``--coba.prior_file`` that does not exist or that the trainer's reader
+            (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
             ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
             (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
@@ -213,6 +216,11 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             f"--coba.prior_file={coba.prior_file!r} does not exist: write it with `coba-verl estimate` or by "
             "hand (JSON lines keyed by the --coba.id_key column's values), or drop --coba.prior_file."
         )
+    if coba.prior_file is not None:
+        try:
+            read_prior_file(coba.prior_file, coba.prior_weight)  # the trainer's reader, before Ray
+        except ValueError as err:
+            raise ValueError(f"--coba.prior_file: {err}") from None
     if not args.vllm.num_engines:
         raise ValueError(
             f"--vllm.num_engines={args.vllm.num_engines!r}: CoBA budgets are sent to OpenRLHF's rollout "

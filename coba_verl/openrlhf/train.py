@@ -11,6 +11,12 @@ are `CobaConfig`'s fields (``--coba.min_rollouts 2 --coba.max_rollouts 32``, ...
 other flag goes to OpenRLHF's own parser, which runs unmodified: its argument checks, then
 `train` with coba-verl's trainer in place of ``PPOTrainer``. A refused setting stops the launch
 before Ray starts, with one line naming the flag (exit 2).
+
+A checkpoint written for other prompts or another model (``--ckpt.load_enable``) cannot be checked
+before Ray: OpenRLHF reads its ``client_states`` in the trainer actor's ``fit``, from the policy
+actors' DeepSpeed checkpoint, once the models are up, and the prompts it is checked against are
+the rows of OpenRLHF's `PromptDataset`. The `ResumeMismatch` raised there reaches this process
+inside Ray's task error, and is printed as one line as well, ``coba-verl: <message>`` (exit 2).
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from coba_verl.cli import refuse
+from coba_verl.cli import carried_error, refuse
 from coba_verl.core import CobaConfig
 from coba_verl.openrlhf.checks import COBA_FLAG_PREFIX, DEFAULT_ID_KEY, check_args
+from coba_verl.records.saved_state import ResumeMismatch
 
 __all__ = ["main", "parse_coba_flags"]
 
@@ -94,6 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+    except Exception as error:
+        mismatch = carried_error(error, ResumeMismatch)  # raised in the trainer actor's fit
+        if mismatch is None:
+            raise
+        refuse(mismatch)
     finally:
         openrlhf_config.hierarchize, ppo_trainer.PPOTrainer = hierarchize, upstream_trainer
 

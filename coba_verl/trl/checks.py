@@ -48,11 +48,12 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse ``GRPOConfig`` settings under which per-prompt budgets cannot work.
 
     Raises:
-        ValueError: vLLM server mode; a round of M = generation_batch_size / num_generations
-            prompts whose M * num_generations completions no budgets in [min_rollouts,
-            max_rollouts] can spend (`check_budget`); ``remove_unused_columns=True`` (it drops
-            the id column); ``coba.group_weight=equal`` with a ``loss_type``
-            `GROUP_WEIGHT_MODES` does not know.
+        ValueError: ``CobaConfig.budget_unit='tokens'`` (`require_rollout_budget`: a generation
+            round is generation_batch_size completions); ``coba.group_weight=equal`` with a
+            ``loss_type`` `GROUP_WEIGHT_MODES` does not know; vLLM server mode; a round of M =
+            generation_batch_size / num_generations prompts whose M * num_generations
+            completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
+            ``remove_unused_columns=True`` (it drops the id column).
     """
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
     check_group_weight_loss_type(coba.group_weight, str(args.loss_type))

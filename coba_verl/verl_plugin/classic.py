@@ -248,9 +248,6 @@ class CobaRayPPOTrainer(RayPPOTrainer):
 class CobaTaskRunner(TaskRunner.__ray_actor_class__):
     """veRL's classic ``TaskRunner`` building `CobaRayPPOTrainer` (and the CPU backend's workers)."""
 
-    #: The trainer `run` builds; tests set veRL's own `RayPPOTrainer` to compare against stock veRL.
-    trainer_class: type[RayPPOTrainer] = CobaRayPPOTrainer
-
     def add_actor_rollout_worker(self, config: DictConfig) -> tuple:
         classes = super().add_actor_rollout_worker(config)
         if OmegaConf.select(config, "coba_cpu.enable"):
@@ -260,7 +257,7 @@ class CobaTaskRunner(TaskRunner.__ray_actor_class__):
         return classes
 
     def run(self, config: DictConfig) -> None:
-        """``main_ppo_v0.TaskRunner.run``'s calls (veRL 0.9.1), building `trainer_class`."""
+        """``main_ppo_v0.TaskRunner.run``'s calls (veRL 0.9.1), building `CobaRayPPOTrainer`."""
         from verl.trainer.ppo import utils
         from verl.utils.config import omega_conf_to_dataclass, validate_config
         from verl.utils.dataset.rl_dataset import collate_fn
@@ -284,7 +281,7 @@ class CobaTaskRunner(TaskRunner.__ray_actor_class__):
             )  # fmt: skip
 
         train_dataset = dataset(data.train_files, True, data.get("train_max_samples", -1))
-        trainer = self.trainer_class(
+        trainer = CobaRayPPOTrainer(
             config=config,
             tokenizer=model_config.tokenizer,
             processor=model_config.processor,

@@ -14,8 +14,10 @@ driver looks first, with nothing heavier than pyarrow:
         -> /d/tiny_cpu/checkpoints/tiny-cpu
 
 - `check_inputs`: every local data file, a local-looking model path and ``coba.prior_file``
-  exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), and the data
-  files pass the check of ``python -m coba_verl.data check`` (`coba_verl.data.check_files`, the
+  exist (the tiny recipe's message names ``python -m coba_verl.arithmetic.tiny``), the prior file
+  reads through the trainer's own reader (`coba_verl.records.priors.read_prior_file`: every line
+  a JSON record with valid counts or pass rate), and the data files pass the check of
+  ``python -m coba_verl.data check`` (`coba_verl.data.check_files`, the
   one home of those rules): parquet, with rows and the columns veRL reads, and training rows
   whose ``extra_info.index`` values follow `coba_verl.records.prompt_ids.INDEX_RULE` (CoBA-RL keys
   pass rates by them), duplicates included.
@@ -41,7 +43,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from coba_verl.cli import refuse
+from coba_verl.cli import carried_error, refuse
+from coba_verl.core.config import CobaConfig
+from coba_verl.records.priors import read_prior_file
 from coba_verl.records.saved_state import local_model_path
 
 __all__ = [
@@ -116,15 +120,9 @@ def exit_on_refusal() -> Iterator[None]:
 
 
 def carried_refusal(error: BaseException) -> CobaRefusal | None:
-    """``error`` if it is a `CobaRefusal`, or the one a Ray task error carries; else None."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, CobaRefusal):
-            return current
-        current = getattr(current, "cause", None) or current.__cause__  # RayTaskError.cause: the remote error
-    return None
+    """``error`` if it is a `CobaRefusal`, or the one it carries (a Ray task error's remote error, a
+    cause: `coba_verl.cli.carried_error`); else None."""
+    return carried_error(error, CobaRefusal)
 
 
 def raised_by_coba_verl(error: BaseException) -> bool:
@@ -287,8 +285,10 @@ def check_data_files(config: DictConfig) -> None:
 
 
 def check_inputs(config: DictConfig) -> None:
-    """Refuse missing or unusable data files (`check_data_files`), a missing local model and a
-    missing prior file.
+    """Refuse missing or unusable data files (`check_data_files`), a missing local model, and a
+    prior file that is missing or that the trainer's reader (`read_prior_file`) refuses: a line
+    that is not a JSON record, a pass rate outside [0, 1], counts that are no successes/attempts.
+    Whether its indices are the training set's is left to the trainer, which holds the dataset.
 
     Raises:
         CobaRefusal: naming the file (and the row) and the fix.
@@ -312,6 +312,12 @@ def check_inputs(config: DictConfig) -> None:
             '({"index": ..., "successes": ..., "attempts": ...} or {"index": ..., "pass_rate": ...}), '
             "or coba.prior_file=null."
         )
+    if prior_file is not None:
+        weight = OmegaConf.select(config, "coba.prior_weight", default=CobaConfig.prior_weight)
+        try:
+            read_prior_file(str(prior_file), int(weight))
+        except ValueError as error:
+            raise CobaRefusal(f"coba.prior_file: {error}") from error
 
 
 def warn_resume(config: DictConfig) -> None:

@@ -20,10 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 def generations_of(batch: Mapping[str, Any], samples: int) -> int:
-    """Generations veRL's validation draws for ``batch``: its ``__rollout_n__`` summed, if the rows
-    carry one (veRL reads it per prompt), else prompts x ``samples`` (``val_kwargs.n``)."""
-    if "__rollout_n__" in batch:
-        return int(sum(int(n) for n in batch["__rollout_n__"]))
+    """Generations veRL's validation draws for ``batch``: prompts x ``samples`` (``val_kwargs.n``).
+
+    Validation rows carry no per-prompt ``__rollout_n__``: coba-verl sets it on training rounds only.
+    """
     return len(batch["raw_prompt"]) * samples
 
 

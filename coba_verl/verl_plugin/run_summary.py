@@ -7,10 +7,12 @@ training is step 0). From it::
     python -m coba_verl.verl_plugin.run_summary FILE [--log LOG] [--checkpoints DIR]
 
 writes, per training step, the budgets' range and spread, whether they differ from uniform, the
-groups with no reward spread (all rollouts failed or all passed: no GRPO gradient) and the
-per-prompt mean score; then the totals, the share of such groups the tracker's pass rates predict
-with these budgets and with the same number of rollouts for every prompt, the held-out accuracy at
-every validation, and where the metrics, the console log and the checkpoints are.
+groups with no reward spread (all rollouts failed or all passed: no GRPO gradient) among the
+groups the tracker observed (under DAPO more than the step allocated: evicted groups and
+refills) and the per-prompt mean score; then the totals, the share of such groups the tracker's
+pass rates predict with these budgets and with the same number of rollouts for every prompt, the
+held-out accuracy at every validation, and where the metrics, the console log and the checkpoints
+are.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ class StepSummary:
 
     Attributes:
         step: veRL's global step (1-based).
-        prompts: the step's prompt groups (the budget histogram's total).
+        prompts: the prompts the step allocated (the budget histogram's total).
         budget_min, budget_max, budget_mean, budget_std: B_i over the step's prompts.
-        all_fail, all_pass: groups whose rollouts all failed / all passed (no reward spread).
+        observed: the groups the tracker observed this step (``coba/prompts``), over which
+            ``coba/all_fail_share`` and ``all_pass_share`` are taken; under DAPO more than
+            ``prompts`` (evicted groups, refills).
+        all_fail, all_pass: observed groups whose rollouts all failed / all passed (no reward spread).
         prompt_mean_score: mean over prompts of each prompt's mean score (None if not logged).
     """
 
@@ -57,6 +62,7 @@ class StepSummary:
     budget_max: float
     budget_mean: float
     budget_std: float
+    observed: int
     all_fail: int
     all_pass: int
     prompt_mean_score: float | None
@@ -79,6 +85,7 @@ def step_summaries(metrics: Mapping[int, Mapping[str, float]]) -> list[StepSumma
         if PREFIX + "budget_min" not in m:
             continue
         prompts = round(sum(v for k, v in m.items() if k.startswith(PREFIX + "budget_hist/")))
+        observed = round(float(m.get(PREFIX + "prompts", 0.0)))  # absent with the shares: none observed
         out.append(
             StepSummary(
                 step=step,
@@ -87,8 +94,9 @@ def step_summaries(metrics: Mapping[int, Mapping[str, float]]) -> list[StepSumma
                 budget_max=float(m[PREFIX + "budget_max"]),
                 budget_mean=float(m[PREFIX + "budget_mean"]),
                 budget_std=float(m[PREFIX + "budget_std"]),
-                all_fail=round(float(m.get(PREFIX + "all_fail_share", 0.0)) * prompts),
-                all_pass=round(float(m.get(PREFIX + "all_pass_share", 0.0)) * prompts),
+                observed=observed,
+                all_fail=round(float(m.get(PREFIX + "all_fail_share", 0.0)) * observed),
+                all_pass=round(float(m.get(PREFIX + "all_pass_share", 0.0)) * observed),
                 prompt_mean_score=m.get(PREFIX + "prompt_mean_score"),
             )
         )
@@ -112,15 +120,16 @@ def summary_lines(
         lines.append(
             f"step {s.step:3d}: B {s.budget_min:.0f}-{s.budget_max:.0f} (mean {s.budget_mean:.1f}, "
             f"std {s.budget_std:.1f}){' uniform' if s.uniform else ''}; zero-variance groups "
-            f"{s.zero_variance}/{s.prompts} ({s.all_fail} all fail, {s.all_pass} all pass){score}"
+            f"{s.zero_variance}/{s.observed} observed ({s.all_fail} all fail, {s.all_pass} all pass){score}"
         )
     if steps:
-        groups = sum(s.prompts for s in steps)
+        groups = sum(s.observed for s in steps)
         zero = sum(s.zero_variance for s in steps)
         varied = sum(not s.uniform for s in steps)
+        share = f" ({100 * zero / groups:.0f} %)" if groups else ""
         lines.append(
             f"budgets differ from uniform in {varied} of {len(steps)} steps; zero-variance groups "
-            f"{zero} of {groups} ({100 * zero / groups:.0f} %)"
+            f"{zero} of {groups} observed{share}"
         )
         expected = [
             (m[PREFIX + "expected_zero_var_share"], m[PREFIX + "expected_zero_var_share_uniform"])

@@ -117,6 +117,8 @@ def test_uniform_split_gives_the_remainder_to_the_first_prompts():
         ({"tau": -1.0}, "coba.tau=-1.0 must be positive"),
         ({"solver": "magic"}, "coba.solver='magic' is unknown"),
         ({"p_clip_low": 0.5, "p_clip_high": 0.4}, "must satisfy 0 < low < high < 1"),
+        ({"success_value": float("nan")}, "coba.success_value=nan must be finite: no score equals it"),
+        ({"success_value": float("inf")}, "coba.success_value=inf must be finite: no score equals it"),
     ],
 )
 def test_config_raises_error(kwargs, message):
@@ -188,6 +190,14 @@ P5 = np.array([0.0, 0.2, 0.5, 0.9, 1.0])
         ((np.array([0.5, -np.inf]), 8), {}, ValueError, "pass rate -inf is outside [0, 1] (pass_rates[1])."),
         ((np.ones((2, 2)), 8), {}, ValueError, "pass_rates must be one-dimensional, got shape (2, 2)."),
         ((P5, 5), {}, ValueError, "total_budget=5 is infeasible for M=5 prompts with min_rollouts=2"),
+        (
+            (P5, 40),
+            {"strategy": "knapsack", "lengths": [100.0] * 5},
+            ValueError,
+            "lengths (a token budget) needs a strategy whose value is maximised under a token budget, one "
+            "of ('coba', 'static', 'reverse'); strategy='knapsack' allocates rollouts only. Pass "
+            "lengths=None to count rollouts, or one of those strategies.",
+        ),
     ],
 )
 def test_allocate_raise_error(args, kwargs, error, message):

@@ -80,6 +80,16 @@ def test_unknown_lengths_take_the_mean_of_the_known_and_none_known_means_rollout
     )
 
 
+@pytest.mark.parametrize("bad", [0.0, -4.0, np.inf, -np.inf])
+def test_a_bad_length_is_refused_by_value_while_nan_stays_unknown(bad):
+    """NaN marks a length never recorded (filled with the mean of the known); any other value is a
+    measurement, and one that is not a positive finite token count is an error naming it."""
+    with pytest.raises(ValueError, match=rf"length of prompt 1 is {bad}"):
+        fill_lengths(np.array([10.0, bad, np.nan, 30.0]))
+    with pytest.raises(ValueError, match=rf"length of prompt 1 is {bad}"):
+        allocate(np.array([0.2, 0.5, 0.9]), 24, max_rollouts=16, lengths=[100.0, bad, 50.0])
+
+
 def test_bad_lengths_and_a_capacity_below_b_low_are_refused_by_name():
     gains = GeometricGains(np.ones(2), np.full(2, 0.1))
     with pytest.raises(ValueError, match="length of prompt 1 is -4.0"):
@@ -95,3 +105,24 @@ def test_token_budget_is_refused_for_strategies_that_allocate_rollouts_only():
         CobaConfig(strategy="knapsack", budget_unit="tokens")
     with pytest.raises(ValueError, match="budget_unit='bytes' is unknown"):
         CobaConfig(budget_unit="bytes")
+
+
+def test_uniform_zero_variance_share_under_a_token_budget_counts_n_rollouts_each():
+    """The uniform baseline of ``expected_zero_var_share_uniform`` is n = total / M rollouts per prompt,
+    not the token budget's varying sum_i B_i split evenly."""
+    from coba_verl.core.allocator import BudgetAllocator
+    from coba_verl.core.config import CobaConfig
+
+    allocator = BudgetAllocator(CobaConfig(budget_unit="tokens", max_rollouts=16), num_prompts=4)
+    successes = [3, 3, 5, 5]  # of 10 rollouts each: p = [0.3, 0.3, 0.5, 0.5]
+    ids = np.repeat(np.arange(4), 10)
+    scores = np.concatenate([[1.0] * s + [0.0] * (10 - s) for s in successes])
+    allocator.observe(ids, scores, np.repeat([900, 900, 900, 100], 10))
+    allocator.end_step()
+    result = allocator.allocate(np.arange(4), 16)  # n = 4
+    assert int(result.budgets.sum()) != 16  # the token budget moved the rollout total
+    p = np.array([0.3, 0.3, 0.5, 0.5])
+    metrics = result.metrics
+    assert metrics["coba/expected_zero_var_share_uniform"] == pytest.approx(np.mean(p**4 + (1 - p) ** 4))
+    b = result.budgets
+    assert metrics["coba/expected_zero_var_share"] == pytest.approx(np.mean(p**b + (1 - p) ** b))

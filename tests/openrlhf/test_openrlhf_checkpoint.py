@@ -80,3 +80,35 @@ def test_a_state_of_another_format_is_refused_with_how_to_start_fresh(orl, upstr
     upstream_store["coba_allocator"] = '{"fingerprint": "f", "state": {}}'  # an older version's JSON
     with pytest.raises(ValueError, match=r"not of format 1 .*start without --ckpt.load_enable"):
         trainer(orl, BudgetAllocator(CobaConfig(), 6)).init_checkpoint_states()
+
+
+def test_a_resume_mismatch_in_the_ray_actor_is_one_refusal_line_at_the_entry_point(
+    orl, tiny_run, upstream_store, monkeypatch, capsys, tmp_path
+):
+    """OpenRLHF reads the checkpoint in the trainer actor's ``fit``, after Ray and the models started,
+    and Ray re-raises the actor's error as ``RayTaskError(ResumeMismatch)``, whose str is the remote
+    traceback. ``python -m coba_verl.openrlhf.train`` prints the mismatch's own message as one line."""
+    import runpy
+
+    from ray.exceptions import RayTaskError
+
+    from coba_verl.openrlhf.train import main
+
+    trainer(orl, BudgetAllocator(CobaConfig(), 6), "a").save_logs_and_checkpoints(1, {}, {"global_step": 1})
+    with pytest.raises(ValueError) as raised:
+        trainer(orl, BudgetAllocator(CobaConfig(), 6), "b").init_checkpoint_states()
+    mismatch = raised.value
+    carried = RayTaskError("PPOTrainer.fit", "Traceback (most recent call last): ...", mismatch)
+
+    def train_ppo_ray(*args, **kwargs):  # OpenRLHF's CLI, up to ray.get(ppo_trainer.fit.remote())
+        raise carried.as_instanceof_cause()
+
+    monkeypatch.setattr(runpy, "run_module", train_ppo_ray)
+    paths = {"model": tmp_path / "m", "data": tmp_path / "d.jsonl", "reward": tmp_path / "r.py"}
+    with pytest.raises(SystemExit) as exit_info:
+        main([*tiny_run.openrlhf_flags(paths, tmp_path), "--ckpt.load_enable"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"coba-verl: {mismatch}"]
+    assert "different set of --data.prompt_dataset column 'prompt_id' values" in err[0]
+    assert "start without --ckpt.load_enable" in err[0]

@@ -49,6 +49,14 @@ def test_refused_settings_name_the_flag(orl, tiny_run, tmp_path, capsys, extra, 
     assert flag in line and why in line
 
 
+def test_a_prior_file_the_trainer_would_refuse_is_refused_before_ray_starts(orl, tiny_run, tmp_path, capsys):
+    """Read with the trainer's reader (`read_prior_file`), so a bad record is one line before Ray."""
+    priors = tmp_path / "priors.jsonl"
+    priors.write_text('{"index": 10, "pass_rate": 1.5}\n')
+    line = refusal(orl, tiny_run, tmp_path, capsys, ["--coba.prior_file", str(priors)])
+    assert line.startswith(f"coba-verl: --coba.prior_file: file {priors}: the prior pass rate of index 10 is")
+
+
 def test_unknown_coba_flag_is_an_argparse_error(orl):
     from coba_verl.openrlhf.train import parse_coba_flags
 

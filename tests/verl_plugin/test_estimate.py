@@ -177,12 +177,12 @@ def test_parse_args_takes_our_flags_and_passes_the_rest_to_hydra(tmp_path):
 
 
 def test_counting_loader_counts_generations_per_batch_as_veRLs_validation_draws_them(caplog):
-    batches = [{"raw_prompt": ["a", "b"]}, {"raw_prompt": ["c"], "__rollout_n__": [3]}]
+    batches = [{"raw_prompt": ["a", "b"]}, {"raw_prompt": ["c"]}]
     with caplog.at_level(logging.INFO, logger="coba_verl.verl_plugin.progress"):
         loader = CountingLoader(batches, prompts=3, samples=4)
     assert "3 prompts x 4 samples = 12 generations in 2 batches" in caplog.text
     assert list(loader) == batches and len(loader) == 2
-    assert [generations_of(b, 4) for b in batches] == [8, 3]
+    assert [generations_of(b, 4) for b in batches] == [8, 4]
 
 
 def test_a_training_file_that_is_not_parquet_is_refused_before_estimate_reads_it(tmp_path, coba_compose):

@@ -14,7 +14,8 @@ def _step(budget_min: float, budget_max: float, hist: dict[str, float], fail: fl
         "coba/budget_min": budget_min, "coba/budget_max": budget_max, "coba/budget_mean": 4.0,
         "coba/budget_std": 0.0 if budget_min == budget_max else 4.6,
         **{f"coba/budget_hist/{k}": v for k, v in hist.items()},
-        "coba/all_fail_share": fail, "coba/all_pass_share": passed, "coba/prompt_mean_score": 0.25,
+        "coba/all_fail_share": fail, "coba/all_pass_share": passed, "coba/prompts": 16.0,
+        "coba/prompt_mean_score": 0.25,
         "coba/expected_zero_var_share": 0.5, "coba/expected_zero_var_share_uniform": 0.75,
         "timing_s/step": 2.5,
     }  # fmt: skip
@@ -38,10 +39,12 @@ def test_summary_counts_zero_variance_groups_and_non_uniform_steps(tmp_path):
     lines = run_summary.summary_lines(
         run_summary.read_metrics(metrics), metrics_file=metrics, checkpoints="ck"
     )
-    assert lines[0].startswith("step   1: B 4-4 (mean 4.0, std 0.0) uniform; zero-variance groups 10/16")
+    assert lines[0].startswith("step   1: B 4-4 (mean 4.0, std 0.0) uniform; zero-variance groups 10/16 obs")
     assert "(8 all fail, 2 all pass)" in lines[0]
-    assert lines[1].startswith("step   2: B 2-16 (mean 4.0, std 4.6); zero-variance groups 4/16")
-    assert lines[2] == "budgets differ from uniform in 1 of 2 steps; zero-variance groups 14 of 32 (44 %)"
+    assert lines[1].startswith("step   2: B 2-16 (mean 4.0, std 4.6); zero-variance groups 4/16 observed")
+    assert lines[2] == (
+        "budgets differ from uniform in 1 of 2 steps; zero-variance groups 14 of 32 observed (44 %)"
+    )
     assert lines[3].endswith("2 steps): 0.500 with these budgets, 0.750 with 4 rollouts each")
     assert lines[4] == f"held-out accuracy ({VAL}): 0.100 before training, 0.200 after step 2"
     assert lines[5:] == [f"metrics: {metrics}", "checkpoints: ck"]
@@ -54,3 +57,18 @@ def test_summary_of_a_run_without_coba_metrics_says_so(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("no step logged coba-verl's budgets")
     assert out[1] == "held-out accuracy: not measured (no validation logged)"
+
+
+def test_zero_variance_groups_are_counted_over_the_observed_groups_not_the_allocated_prompts(tmp_path):
+    """Under DAPO the tracker observes more groups than a round allocates (evicted groups and refills):
+    the all-fail / all-pass shares are over ``coba/prompts``, the groups observed."""
+    metrics = tmp_path / "metrics.jsonl"
+    step = _step(2, 16, {"2-3": 10, "4-7": 2, "8-16": 4}, fail=0.5, passed=0.125)  # 16 allocated
+    _write(metrics, [(1, {**step, "coba/prompts": 24.0})])  # 24 observed
+    (summary,) = run_summary.step_summaries(run_summary.read_metrics(metrics))
+    assert (summary.prompts, summary.observed, summary.all_fail, summary.all_pass) == (16, 24, 12, 3)
+    lines = run_summary.summary_lines(run_summary.read_metrics(metrics))
+    assert "zero-variance groups 15/24 observed (12 all fail, 3 all pass)" in lines[0]
+    assert lines[1] == (
+        "budgets differ from uniform in 1 of 1 steps; zero-variance groups 15 of 24 observed (62 %)"
+    )
