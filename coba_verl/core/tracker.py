@@ -303,7 +303,9 @@ class CapabilityTracker:
 
     def mean_lengths(self, ids: Any) -> np.ndarray:
         """(M,) float64 mean response tokens per rollout over each prompt's window (each appearance's
-        mean weighted by its rollouts); NaN where no length was recorded."""
+        mean weighted by its rollouts), at least 1 (a rollout ends with a token, so even a prompt whose
+        recorded answers were all empty costs one: the token budget refuses a cost of 0); NaN where no
+        length was recorded."""
         ids_a = _as_int_array("ids", ids)
         self._check_ids(ids_a)
         length = self._length[ids_a].astype(np.float64)  # (M, k)
@@ -312,7 +314,7 @@ class CapabilityTracker:
         count = weight.sum(axis=1)
         out = np.full(ids_a.size, np.nan)
         np.divide(total, count, out=out, where=count > 0)
-        return out
+        return np.where(count > 0, np.maximum(out, 1.0), out)
 
     def last_pass_rates(self, ids: Any) -> np.ndarray:
         """(M,) float64 success rate at each prompt's last appearance only; NaN if never seen."""

@@ -34,6 +34,15 @@ Every request is recorded (replica, request id, prompt, weight version, sampling
 priority): `HFServer.requests`, and, with ``COBA_HF_REQUEST_LOG=<dir>`` in the environment, one
 JSON line per request in ``<dir>/requests-<replica>.jsonl``, between lines for the ``sleep``,
 ``wake_up`` and ``update_weights`` events, so that a test can read each replica's timeline.
+
+Partial rollout (``trainer.v1.trainer_mode=colocate_async``), as vLLM's server does it
+(``vllm_async_server.py:690-745, 931-1060``): ``abort_all_requests`` closes the server to new
+requests, stops the batch being decoded after its current token and answers every request in it,
+and every queued one, with the tokens drawn so far and ``stop_reason="aborted"``; a request that
+arrives while it is closed waits for ``resume_generation`` (or, after an abort with
+``reject_request=True``, is answered at once with no token). veRL's ``FullyAsyncLLMServerClient``
+sends an aborted request again, with its tokens so far appended to the prompt, once the server
+resumes under the new weights.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -107,11 +117,15 @@ class _Request:
 
 
 @torch.no_grad()
-def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) -> list[TokenOutput]:
+def sample_batch(
+    model: torch.nn.Module, requests: list[_Request], pad_id: int, abort: threading.Event | None = None
+) -> list[TokenOutput]:
     """Sample every request in one batched decode (left padding, KV cache).
 
     Row r draws its t-th token by inverse-CDF with ``u[r, t]`` from its own seeded generator, so
-    a row's sample does not depend on which other requests share the batch.
+    a row's sample does not depend on which other requests share the batch. Once ``abort`` is set,
+    decoding stops after the current token: unfinished rows answer with their tokens so far and
+    ``stop_reason="aborted"``.
     """
     r = len(requests)
     width = max(len(q.prompt_ids) for q in requests)
@@ -135,6 +149,8 @@ def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) 
     tokens: list[list[int]] = [[] for _ in range(r)]
     logprobs: list[list[float]] = [[] for _ in range(r)]
     for t in range(steps):
+        if abort is not None and abort.is_set():
+            break
         logits = logits / scale  # (R, V)
         logp = F.log_softmax(logits, -1)
         probs = filter_logits(logits, top_k, top_p).softmax(-1)
@@ -157,7 +173,7 @@ def sample_batch(model: torch.nn.Module, requests: list[_Request], pad_id: int) 
         TokenOutput(
             token_ids=tokens[i],
             log_probs=logprobs[i] if q.want_logprobs else None,
-            stop_reason="completed",
+            stop_reason="completed" if done[i] else "aborted",
         )
         for i, q in enumerate(requests)
     ]
@@ -219,6 +235,11 @@ class HFServer:
         self.requests_served = 0
         self.batches_served = 0
         self.asleep: set[str] = set()  # parts released by sleep(), of SLEEP_TAGS
+        self._open = asyncio.Event()  # closed from abort_all_requests to resume_generation
+        self._open.set()
+        self._reject = False  # abort_all_requests(reject_request=True): answer, do not wait
+        self._abort = threading.Event()  # stops the batch being decoded (sample_batch)
+        self.aborted_requests = 0
         self.requests: list[dict[str, Any]] = []  # every generate call, in arrival order
         folder = os.environ.get(REQUEST_LOG_ENV)
         self._log_path = os.path.join(folder, f"requests-{replica_rank}.jsonl") if folder else None
@@ -246,6 +267,10 @@ class HFServer:
             raise ValueError("the hf rollout serves text-only models; got image/video/audio data")
         if kv_transfer_params is not None:
             raise ValueError("the hf rollout has no prefill/decode disaggregation; got kv_transfer_params")
+        if not self._open.is_set():
+            if self._reject:
+                return self._aborted_output(bool(sampling_params.get("logprobs", False)))
+            await self._open.wait()  # parked until resume_generation, as vLLM parks it
         if self.asleep:
             raise RuntimeError(
                 f"replica {self.replica_rank} got request {request_id} while its {sorted(self.asleep)} "
@@ -314,7 +339,7 @@ class HFServer:
             limit = max(1, int(self.config.max_num_seqs))
             batch, self._pending = self._pending[:limit], self._pending[limit:]
             try:
-                outputs = await asyncio.to_thread(sample_batch, self.model, batch, self.pad_id)
+                outputs = await asyncio.to_thread(sample_batch, self.model, batch, self.pad_id, self._abort)
             except Exception as exc:  # hand the failure to every waiting caller
                 for request in batch:
                     request.future.set_exception(exc)
@@ -322,7 +347,15 @@ class HFServer:
             self.requests_served += len(batch)
             self.batches_served += 1
             for request, output in zip(batch, outputs, strict=True):
+                self.aborted_requests += output.stop_reason == "aborted"
                 request.future.set_result(output)
+
+    def _aborted_output(self, want_logprobs: bool) -> TokenOutput:
+        """The answer to a request aborted before its first token."""
+        self.aborted_requests += 1
+        output = TokenOutput(token_ids=[], log_probs=[] if want_logprobs else None, stop_reason="aborted")
+        output.extra_fields = {"global_steps": self.global_steps}
+        return output
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> None:
@@ -355,6 +388,7 @@ class HFServer:
             "version": self._version,
             "global_steps": self.global_steps,
             "asleep": sorted(self.asleep),
+            "aborted": self.aborted_requests,
         }
 
     # ------------------------------------------------------------------ engine control (no device memory)
@@ -370,10 +404,26 @@ class HFServer:
             self._log({"replica": self.replica_rank, "event": "sleep", "asleep": sorted(self.asleep)})
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> None:
-        return None
+        """Close to new requests and answer every one in the server with its tokens so far
+        (``stop_reason="aborted"``); returns once nothing is being decoded."""
+        self._open.clear()
+        self._reject = bool(reject_request)
+        queued, self._pending = self._pending, []
+        for request in queued:
+            request.future.set_result(self._aborted_output(request.want_logprobs))
+        self._abort.set()
+        try:
+            if self._serving is not None and not self._serving.done():
+                await asyncio.shield(self._serving)
+        finally:
+            self._abort.clear()
+        self._log({"replica": self.replica_rank, "event": "abort", "queued": len(queued)})
 
     async def resume_generation(self) -> None:
-        return None
+        """Open again: parked requests go on (under the weights loaded meanwhile)."""
+        self._reject = False
+        self._open.set()
+        self._log({"replica": self.replica_rank, "event": "resume_generation"})
 
     async def clear_kv_cache(self) -> None:
         return None

@@ -231,7 +231,8 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
     rows before generation (`coba_verl.verl_plugin.classic`).
 
     Raises:
-        ValueError: ``tokens`` with the classic trainer, DAPO or ``sync_refill_failed_groups``.
+        ValueError: ``tokens`` with the classic trainer, DAPO, ``sync_refill_failed_groups`` or an
+            asynchronous mode (whose updates train M x rollout.n rollouts each).
     """
     if cfg.budget_unit != "tokens":
         return
@@ -246,8 +247,11 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
         )
     elif refill:
         where = "trainer.v1.sampler.sync_refill_failed_groups=true: it trains M x rollout.n rollouts"
+    elif config.trainer.v1.trainer_mode not in ("sync", COBA_TRAINER_MODE):
+        mode = config.trainer.v1.trainer_mode
+        where = f"trainer.v1.trainer_mode={mode}: each update trains M x rollout.n rollouts"
     if where is not None:
         raise ValueError(
             f"coba.budget_unit=tokens is not supported with {where} a step, while under a token budget "
-            "the rollouts of a step vary. Use the V1 trainer without DAPO, or coba.budget_unit=rollouts."
+            "the rollouts of a step vary. Use the V1 sync trainer without DAPO, or coba.budget_unit=rollouts."
         )

@@ -45,7 +45,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 
 from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
-from coba_verl.verl_plugin.trained_budget import select_to_budget
+from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
 
 logger = logging.getLogger(__name__)
 
@@ -160,15 +160,9 @@ class _CobaBufferHooks:
         return groups, sum(len(groups.get(uid, {})) for uid in ready)
 
     def _sessions_to_keep(self, partition_id: str, sessions: dict[int, list[str]], keep: int) -> set[int]:
-        """``keep`` sessions of a group that keep its spread on the filter metric: the first session,
-        the first one whose value differs from it, then the others in session order."""
-        order = sorted(sessions)
+        """``keep`` sessions of a group to cut, by `sessions_to_keep` on the filter metric's values."""
         values = self._session_values(partition_id, [key for keys in sessions.values() for key in keys])
-        first = values[order[0]]
-        other = next((s for s in order if values[s] != first), None)
-        ranked = [order[0]] + ([other] if other is not None else [])
-        ranked += [s for s in order if s not in ranked]
-        return set(ranked[:keep])
+        return sessions_to_keep(values, keep)
 
     def _session_values(self, partition_id: str, keys: list[str]) -> dict[int, float]:
         """Each session's value of the DAPO metric (``reward``: its last output's summed rm_scores),

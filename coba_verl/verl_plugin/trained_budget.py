@@ -157,3 +157,48 @@ def _exact(sizes: Sequence[int], target: int, min_size: int) -> Selection | None
         cuts = () if c is None else ((c, target - total),)
         return Selection(tuple(sorted(whole)), cuts, 0)
     return None
+
+
+def sessions_to_keep(values: dict[int, float], keep: int) -> set[int]:
+    """``keep`` sessions of a group cut by `select_to_budget`, chosen so that the kept sessions'
+    distribution of scores is as close to the whole group's as ``keep`` allows.
+
+    The sessions with score v (c_v of the group's B) get q_v = keep x c_v / B of the kept places,
+    rounded by largest remainder (ties to the lower score), after one place each for the lowest and
+    the highest score when the group has a spread and ``keep`` >= 2, so that a DAPO group keeps its
+    reward spread. Within a score, the lowest session ids are kept.
+
+    Example: 1 success in 8 cut to 4 keeps 1 success and 3 failures (a share of 1/4, the closest to
+    1/8 that still has a success); cut to 2, 1 and 1.
+
+    Raises:
+        ValueError: ``keep`` outside [1, B].
+    """
+    if not 1 <= keep <= len(values):
+        raise ValueError(f"keep={keep} must be between 1 and the group's {len(values)} sessions.")
+    by_value: dict[float, list[int]] = {}
+    for session in sorted(values):
+        by_value.setdefault(values[session], []).append(session)
+    scores = sorted(by_value)
+    total = len(values)
+    quota = {v: keep * len(by_value[v]) / total for v in scores}
+    places = {v: int(quota[v]) for v in scores}
+    if keep >= 2 and len(scores) >= 2:
+        for v in (scores[0], scores[-1]):
+            places[v] = max(places[v], 1)
+    while sum(places.values()) > keep:  # the two forced places took from the largest share
+        v = max((v for v in scores if places[v] > (1 if v in (scores[0], scores[-1]) else 0)),
+                key=lambda v: places[v] - quota[v])  # fmt: skip
+        places[v] -= 1
+    left = keep - sum(places.values())
+    for v in sorted(scores, key=lambda v: (-(quota[v] - places[v]), v)):
+        if left == 0:
+            break
+        if places[v] < len(by_value[v]):
+            places[v] += 1
+            left -= 1
+    while left:  # every score with room is full only if keep exceeds them; fill in score order
+        v = next(v for v in scores if places[v] < len(by_value[v]))
+        places[v] += 1
+        left -= 1
+    return {session for v in scores for session in by_value[v][: places[v]]}

@@ -220,3 +220,12 @@ def test_lengths_survive_a_checkpoint_inside_a_step():
 def test_negative_response_length_is_refused_by_name():
     with pytest.raises(ValueError, match="-3 tokens"):
         CapabilityTracker(2).record_lengths([0], [-3])
+
+
+def test_a_prompt_whose_answers_were_all_empty_costs_one_token_not_zero():
+    tracker = CapabilityTracker(3, window=2)
+    tracker.record_lengths([0, 0, 1], [0, 0, 7])
+    tracker.record([0, 1], [1, 0], [2, 1])
+    tracker.end_step()
+    lengths = tracker.mean_lengths([0, 1, 2])
+    assert lengths[0] == 1.0 and lengths[1] == 7.0 and np.isnan(lengths[2])

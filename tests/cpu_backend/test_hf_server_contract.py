@@ -99,3 +99,60 @@ def test_every_request_and_engine_event_is_recorded_in_order(server, tmp_path):
     assert request["replica"] == 3 and request["request_id"] == "r9" and request["prompt_ids"] == [5, 6]
     assert request["global_steps"] == 7 and request["priority"] == 2
     assert request["sampling_params"] == {"max_tokens": 2, "temperature": 0.5}
+
+
+class Tripwire(torch.nn.Module):
+    """The served model, setting ``abort`` on its ``after``-th forward pass (the first is the prompt)."""
+
+    def __init__(self, model, abort, after: int) -> None:
+        super().__init__()
+        self.model, self.abort, self.after, self.calls = model, abort, after, 0
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.after:
+            self.abort.set()
+        return self.model(*args, **kwargs)
+
+
+def test_an_abort_stops_the_decode_and_answers_with_the_tokens_drawn_so_far(server):
+    import threading
+
+    from coba_verl.cpu.rollout import sample_batch
+
+    abort = threading.Event()
+    params = {"temperature": 1.0, "max_tokens": 4, "ignore_eos": True, "logprobs": True}
+
+    async def requests():  # a request holds its caller's future
+        return [server._make_request([5, 6], dict(params)) for _ in range(2)]
+
+    first, second = run(requests())
+    (full,) = sample_batch(server.model, [first], 0)
+    (cut,) = sample_batch(Tripwire(server.model, abort, after=3), [second], 0, abort)
+    assert full.stop_reason == "completed" and len(full.token_ids) == 4
+    assert cut.stop_reason == "aborted" and len(cut.token_ids) == 2 == len(cut.log_probs)
+
+
+def test_requests_after_an_abort_wait_for_resume_generation_or_are_rejected(server):
+    params = {"temperature": 1.0, "max_tokens": 2}
+
+    async def parked() -> None:
+        await server.abort_all_requests()
+        task = asyncio.create_task(server.generate([5, 6], params, "p0"))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # parked, as vLLM parks it, not refused
+        await server.resume_generation()
+        assert (await task).stop_reason == "completed"
+
+    async def rejected() -> None:
+        server.update_weights(server.model.state_dict(), global_steps=3)
+        await server.abort_all_requests(reject_request=True)
+        output = await server.generate([5, 6], params, "p1")
+        assert output.stop_reason == "aborted" and output.token_ids == []
+        assert output.extra_fields == {"global_steps": 3}
+        await server.resume_generation()
+        assert (await server.generate([5, 6], params, "p2")).stop_reason == "completed"
+
+    run(parked())
+    run(rejected())
+    assert server.stats()["aborted"] == 1

@@ -512,3 +512,44 @@ def test_gpu_layout_variants_send_the_same_sampling_parameters_and_train_uniform
     if variant != "classic":  # the classic trainer logs no coba/trained_* (its batch is M x n rows)
         for s in run.steps:
             assert {key: s[key] for key in LAYOUT_UNIFORM_STEP} == LAYOUT_UNIFORM_STEP
+
+
+@pytest.fixture(scope="module")
+def colocate_async_run(tiny, tmp_path_factory):
+    """veRL's colocate_async trainer with the hf server's partial rollout, 4 steps (3 and 4 with
+    budgets from history), one warm-up batch; every request and abort in the request log."""
+    out = tmp_path_factory.mktemp("colocate-async")
+    steps = train(
+        tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=-1",
+        "trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1",
+        env={"COBA_HF_REQUEST_LOG": str(out)},
+    )  # fmt: skip
+    return out, steps
+
+
+def test_colocate_async_trains_m_times_n_rollouts_an_update_on_the_hf_servers_partial_rollout(
+    colocate_async_run,
+):
+    out, steps = colocate_async_run
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    for s in steps:
+        groups = trained_groups(out, s["step"])
+        assert sum(map(len, groups.values())) == M * N  # veRL's dump: exactly what uniform trains
+        assert {key: s[key] for key in UNIFORM_STEP} == UNIFORM_STEP
+        settled = sum(s[f"coba/{fate}_rollouts"] for fate in ("trained", "cut", "evicted", "failed"))
+        assert (
+            s["coba/rollouts"]
+            == s["coba/trained_rollouts"] + s["coba/cut_rollouts"] + s["coba/evicted_rollouts"]
+        )
+        assert s["coba/in_flight_rollouts"] > 0  # generation ran ahead of every update
+        s["settled"] = settled
+    generated = sum(s["coba/rollouts_generated"] for s in steps)
+    assert generated == sum(s["settled"] for s in steps) + steps[-1]["coba/in_flight_rollouts"]
+    assert max(s["coba/budget_std"] for s in steps if s["coba/rounds"] > 0) > 0  # CoBA after epoch 1
+    assert max(s["coba/versions_behind_max"] for s in steps) >= 1
+    events = [
+        json.loads(line).get("event")
+        for log in out.glob("requests-*.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    assert events.count("abort") >= 4 and events.count("resume_generation") >= 3  # one per update

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coba_verl.verl_plugin.trained_budget import select_to_budget
+from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
 
 
 def test_groups_that_fit_are_taken_whole_in_order():
@@ -106,3 +106,27 @@ def test_any_b_low_and_sizes_from_one_cut_only_to_b_low_or_more_and_meet_the_tar
     assert (choice.shortfall == 0) == one_cut_solution_exists(sizes, target, min_size) or (
         choice.shortfall == 0 and len(choice.cuts) == 2  # the greedy's two cuts reach what one cannot
     )
+
+
+def test_a_cut_group_keeps_its_success_share_as_closely_as_the_cut_allows():
+    one_in_eight = {s: float(s == 5) for s in range(8)}
+    assert sessions_to_keep(one_in_eight, 4) == {0, 1, 2, 5}  # 1 in 4: the closest to 1/8 with a success
+    assert sessions_to_keep(one_in_eight, 2) == {0, 5}  # the spread survives
+    mostly_pass = {0: 0.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 1.0}  # 4 in 6
+    assert sessions_to_keep(mostly_pass, 3) == {0, 1, 2}  # 2 in 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), min_size=2, max_size=16), st.data())
+def test_kept_successes_are_the_groups_share_rounded_keeping_one_of_each(outcomes, data):
+    keep = data.draw(st.integers(1, len(outcomes)))
+    values = {s: float(o) for s, o in enumerate(outcomes)}
+    kept = sessions_to_keep(values, keep)
+    assert len(kept) == keep and kept <= set(values)
+    successes, share = sum(values[s] for s in kept), sum(outcomes) / len(outcomes)
+    spread = 0 < sum(outcomes) < len(outcomes)
+    if spread and keep >= 2:
+        assert 1 <= successes <= keep - 1
+        assert abs(successes - keep * share) < 1 or successes in (1, keep - 1)
+    else:
+        assert abs(successes - keep * share) <= 1

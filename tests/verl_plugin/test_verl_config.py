@@ -248,6 +248,7 @@ def test_stock_main_ppo_config_selects_the_trainer_with_plus_coba_overrides():
         ({"trainer.v1.sampler.sync_refill_failed_groups": True}, "sync_refill_failed_groups=true: it trains"),
         ({"coba.strategy": "knapsack"}, "strategy='knapsack' allocates rollouts only"),
         ({"trainer.use_v1": False}, "the classic trainer"),
+        ({"trainer.v1.trainer_mode": "colocate_async"}, "colocate_async: each update trains M x rollout.n"),
     ],
 )
 def test_token_budget_is_refused_where_a_step_must_train_m_times_n_rollouts(base_1x8, overrides, message):

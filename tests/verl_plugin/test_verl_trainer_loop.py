@@ -310,7 +310,7 @@ def test_coba_sync_mode_runs_verl_synchronous_machinery(uninterrupted):
     trainer = uninterrupted.trainer
     assert trainer.trainer_mode == "sync" and trainer.config.trainer.v1.trainer_mode == "sync"
     assert type(trainer.replay_buffer) is CobaReplayBuffer  # veRL's sync buffer, one hook added
-    assert CobaReplayBuffer.__mro__[1] is ReplayBuffer
+    assert next(c for c in CobaReplayBuffer.__mro__ if c.__module__.startswith("verl.")) is ReplayBuffer
     assert trainer.replay_buffer.gen_batch_size == PROMPTS_PER_STEP
     assert trainer.parameter_sync_step == 1
 
@@ -1004,3 +1004,24 @@ def test_colocate_async_resume_reissues_in_flight_prompts_with_their_budgets_cou
     assert_every_step_balances(after_resume, synchronous=False, before=before)
     generated = sum(sum(s["budgets"]) for s in fresh if s["step"] == 5)
     assert after_resume[5]["coba/rollouts_generated"] == generated
+
+
+def test_colocate_async_with_dapo_evicts_to_the_tracker_and_still_trains_m_times_n(
+    async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    """DAPO's filter in the async buffer: all-pass / all-fail groups are evicted through veRL's
+    ``_clear_groups`` (scored, then refilled one prompt each from the current round), and every
+    update still trains exactly M x n rollouts."""
+    run = async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, *DAPO, "trainer.save_freq=-1"
+    )
+    target = PROMPTS_PER_STEP * ROLLOUT_N
+    assert [update_cost(u)[0] for u in run.trainer.actor_rollout_wg.updates] == [target] * STEPS
+    assert_every_step_balances(run.logged, synchronous=False)
+    assert sum(run.logged[step]["coba/evicted_groups"] for step in range(1, STEPS + 1)) > 0
+    for update in run.trainer.actor_rollout_wg.updates:  # every trained group kept a reward spread
+        by_group: dict[str, list[float]] = {}
+        for key, advantage in update["advantage"].items():
+            if not key.startswith("pad"):
+                by_group.setdefault(key.rsplit("_", 2)[0], []).append(advantage)
+        assert all(any(a != 0 for a in values) for values in by_group.values())

@@ -1,0 +1,122 @@
+"""Uniform GRPO against CoBA-RL in veRL's ``colocate_async`` trainer, side by side, on the tiny recipe.
+
+    python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
+    python bench/async_tiny.py                                  # seeds 0 1, 16 steps each
+    python bench/async_tiny.py --seeds 0 1 2 --steps 32 trainer.v1.colocate_async.num_warmup_batches=2
+
+Each seed runs ``python -m coba_verl.main trainer.v1.trainer_mode=colocate_async`` twice, uniform then
+CoBA, one after the other on the same data, model and seed (``data.seed`` and the rollout seed), and
+reads veRL's own metrics from its file logger. Per strategy, over all steps of all seeds:
+
+    trained/update   ``coba/trained_rollouts`` per update (must be M x n for both)
+    tok gen/step     ``coba/tokens_generated``: response tokens scored into the tracker per step
+    tok train/step   ``coba/tokens_trained``
+    update s         ``timing_s/update_actor``, median over steps
+    wait s           ``timing_s/gen``: the update waiting for sampleable groups, median
+    step s           ``timing_s/step``, median
+    stale share      groups veRL evicted as stale / groups trained
+    behind           ``coba/versions_behind_mean``, mean over steps
+    held-out         ``val-core/.../acc/mean@1`` after the last step, mean over seeds
+
+then CoBA / uniform ratios. The runs share the machine with nothing but themselves (one at a time),
+and a step's time includes the 2 cores' generation running beside the update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = ("uniform", "coba")
+
+
+def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) -> list[dict]:
+    """One colocate_async run of the tiny recipe; veRL's per-step metrics (with the final validation)."""
+    work = Path(tempfile.mkdtemp(prefix=f"async_{strategy}_{seed}_"))
+    log = work / "metrics.jsonl"
+    command = [
+        sys.executable, "-m", "coba_verl.main",
+        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
+        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
+        f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
+        "trainer.v1.trainer_mode=colocate_async", f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
+        "trainer.val_before_train=false", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
+        *overrides,
+    ]  # fmt: skip
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
+    with open(work / "stdout.log", "w") as out:
+        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
+    return [json.loads(line)["data"] for line in log.read_text().splitlines()]
+
+
+def summary(rows_by_seed: list[list[dict]]) -> dict[str, float]:
+    """The module docstring's figures for one strategy."""
+    steps = [row for rows in rows_by_seed for row in rows if "timing_s/step" in row]
+    finals = [
+        next((v for k, v in row.items() if k.startswith("val-core/") and k.endswith("/mean@1")), np.nan)
+        for rows in rows_by_seed
+        for row in rows[-1:]
+    ]
+    stale = sum(v for row in steps for k, v in row.items() if k.endswith("/off_policy/evicted_samples"))
+    trained_groups = sum(row["coba/trained_groups"] for row in steps)
+    return {
+        "trained/update": float(np.mean([row["coba/trained_rollouts"] for row in steps])),
+        "trained min-max": (
+            min(r["coba/trained_rollouts"] for r in steps),
+            max(r["coba/trained_rollouts"] for r in steps),
+        ),
+        "tok gen/step": float(np.mean([row["coba/tokens_generated"] for row in steps])),
+        "tok train/step": float(np.mean([row["coba/tokens_trained"] for row in steps])),
+        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
+        "wait s": float(np.median([row["timing_s/gen"] for row in steps])),
+        "step s": float(np.median([row["timing_s/step"] for row in steps])),
+        "stale share": stale / max(trained_groups, 1),
+        "behind": float(np.mean([row["coba/versions_behind_mean"] for row in steps])),
+        "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default="~/data/coba/tiny_cpu", help="output of python -m coba_verl.arithmetic.tiny"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, for both strategies")
+    args = parser.parse_args()
+    data = Path(args.data_dir).expanduser()
+    results = {strategy: [] for strategy in STRATEGIES}
+    for seed in args.seeds:
+        for strategy in STRATEGIES:
+            results[strategy].append(run(data, strategy, seed, args.steps, args.overrides))
+    table = {strategy: summary(rows) for strategy, rows in results.items()}
+    print(
+        f"colocate_async, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}"
+    )
+    print(f"{'':16}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
+    for key in table["uniform"]:
+        u, c = table["uniform"][key], table["coba"][key]
+        if isinstance(u, tuple):
+            print(f"{key:16}{str(u):>14}{str(c):>14}")
+            continue
+        ratio = c / u if u else float("nan")
+        print(f"{key:16}{u:>14.3f}{c:>14.3f}{ratio:>14.3f}")
+
+
+if __name__ == "__main__":
+    main()
