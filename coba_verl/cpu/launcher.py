@@ -92,7 +92,8 @@ def prepare_cpu_run(config: DictConfig) -> None:
 
     Raises:
         RuntimeError: CUDA is available and ``coba_cpu.allow_with_cuda`` is false.
-        ValueError: a setting of the ``coba_cpu`` group was overridden to something veRL cannot run on CPU.
+        ValueError: a setting of the ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
+            ``trainer.v1.trainer_mode=separate_async`` (no weight-transfer engine runs on CPU).
     """
     if _cuda_present() and not config.coba_cpu.allow_with_cuda:
         raise RuntimeError(
@@ -109,6 +110,14 @@ def prepare_cpu_run(config: DictConfig) -> None:
         got = OmegaConf.select(config, key)
         if got != value:
             raise ValueError(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
+    if config.trainer.use_v1 and OmegaConf.select(config, "trainer.v1.trainer_mode") == "separate_async":
+        raise ValueError(
+            "trainer.v1.trainer_mode=separate_async cannot run on the CPU backend: it sends the weights to "
+            "its standalone rollout pool through a checkpoint engine other than naive "
+            "(verl/trainer/ppo/v1/trainer_separate_async.py:68-70), and veRL's (nccl, nixl, mooncake, ...) "
+            "all need GPUs; its DetachActorWorker (:114-126) also replaces the CPU backend's gloo worker. "
+            "Use trainer.v1.trainer_mode=colocate_async or sync on CPU."
+        )
 
     env = cpu_environment()
     os.environ.update(env)

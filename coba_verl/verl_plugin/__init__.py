@@ -1,14 +1,16 @@
-"""CoBA-RL inside veRL 0.9.1's trainers: per-prompt rollout budgets in the V1 sync trainer (through
-``__rollout_n__``, with or without DAPO) and in the classic ``RayPPOTrainer`` (as repeated rows).
+"""CoBA-RL inside veRL 0.9.1's trainers: per-prompt rollout budgets in the V1 sync and colocate_async
+trainers (through ``__rollout_n__``, with or without DAPO) and in the classic ``RayPPOTrainer`` (as
+repeated rows).
 
 Modules:
     config_bridge  ``coba`` config node -> `CobaConfig`; the refused veRL configurations.
     dataloader     `CobaDataLoader`: veRL's training loader, checkpointing the allocator in data.pt.
-    trainer        `CobaTrainer`, the V1 sync trainer (registered as ``trainer.v1.trainer_mode=coba_sync``).
-    replay_buffer  `CobaReplayBuffer`: veRL's sync buffer, showing the tracker every group it clears;
-                   under DAPO it trains exactly M x n rollouts a step (`trained_budget`).
+    trainer        `CobaBudgets` in `CobaTrainer` (V1 sync, ``trainer_mode=coba_sync``) and
+                   `CobaColocateAsyncTrainer` (``coba_colocate_async``); the step's rollout ledger.
+    replay_buffer  `CobaReplayBuffer` / `CobaReplayBufferAsync`: veRL's buffers, showing the tracker
+                   every group they clear; with budgets an update trains exactly M x n rollouts.
     trained_budget which finished groups a DAPO step trains.
-    sessions       a V1 group's sessions from its trajectory keys; the failed-session rule.
+    sessions       a V1 group's sessions from its trajectory keys.
     classic        `CobaRayPPOTrainer` and `CobaTaskRunner`: the classic trainer (``trainer.use_v1=false``).
     index_reward   a reward wrapper recording each sample's prompt index (``coba-verl estimate``).
     progress       a progress count over veRL's validation loop.

@@ -32,7 +32,11 @@ COBA_TRAINER_MODE = "coba_sync"
 
 #: The registered CoBA trainer for each veRL V1 mode coba-verl supports (``python -m coba_verl.main``
 #: sets ``trainer.v1.trainer_mode`` to it; the trainer sets the veRL name back).
-COBA_MODES: dict[str, str] = {"sync": COBA_TRAINER_MODE, "colocate_async": "coba_colocate_async"}
+COBA_MODES: dict[str, str] = {
+    "sync": COBA_TRAINER_MODE,
+    "colocate_async": "coba_colocate_async",
+    "separate_async": "coba_separate_async",
+}
 
 
 #: veRL 0.9.1's ``actor.loss_agg_mode`` values by what ``coba.group_weight=equal`` does under them.
@@ -165,22 +169,13 @@ def coba_mode(mode: str) -> str:
 def check_v1_mode(config: DictConfig) -> None:
     """Refuse V1 modes whose updates coba-verl cannot size in rollouts (veRL 0.9.1 line numbers).
 
-    ``sync`` and ``colocate_async`` are supported: each update trains M x n rollouts
-    (`CobaReplayBuffer`, `CobaReplayBufferAsync`).
+    ``sync``, ``colocate_async`` and ``separate_async`` are supported: each update trains
+    (M / parameter_sync_step) x n rollouts (`CobaReplayBuffer`, `CobaReplayBufferAsync`).
 
     Raises:
-        ValueError: ``separate_async`` or another mode; ``sync.parameter_sync_step > 1``.
+        ValueError: another mode; ``sync.parameter_sync_step > 1``.
     """
     mode = config.trainer.v1.trainer_mode
-    if mode == "separate_async":
-        raise ValueError(
-            "trainer.v1.trainer_mode=separate_async is not supported yet: its hybrid rollout switch waits "
-            "for a number of finished groups, not rollouts (verl/trainer/ppo/v1/trainer_separate_async.py:"
-            "263-295), it needs a checkpoint engine other than naive (:68-70), none of which runs without "
-            "GPUs so it is untested here, and its DetachActorWorker replaces the worker the CPU backend "
-            "swaps (:114-126). Use trainer.v1.trainer_mode=colocate_async (generation ahead of the update, "
-            "partial rollout) or sync."
-        )
     if mode not in COBA_MODES and mode not in COBA_MODES.values():
         raise ValueError(
             f"trainer.v1.trainer_mode={mode} is not a veRL V1 mode coba-verl supports: use one of "

@@ -119,6 +119,8 @@ class _CobaBufferHooks:
     ) -> tuple[KVBatchMeta, int]:
         """Train `select_to_budget`'s groups, oldest first; cut sessions go to ``on_trim``, and with
         ``clear_surplus`` the ready groups not taken go to ``on_clear`` (the sync buffer's surplus).
+        Without it (the async buffer) the groups not taken stay, so whole groups that make the target
+        exactly are preferred to a cut (``whole_first``).
 
         Returns:
             The batch, and the number of ready groups cleared untrained.
@@ -127,7 +129,7 @@ class _CobaBufferHooks:
         order = sorted(ready, key=lambda uid: steps.get(uid, 0))  # oldest first, as veRL's selection
         order = [uid for uid in order if groups.get(uid)]
         sizes = [len(groups[uid]) for uid in order]
-        choice = select_to_budget(sizes, target, self.min_group_size)
+        choice = select_to_budget(sizes, target, self.min_group_size, whole_first=not clear_surplus)
         if choice.shortfall:
             logger.warning(
                 "the ready groups could not make exactly %d rollouts; this update trains %d",

@@ -61,13 +61,19 @@ class Selection:
         return sum(sizes[i] for i in self.whole) + sum(keep for _, keep in self.cuts)
 
 
-def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Selection:
+def select_to_budget(
+    sizes: Sequence[int], target: int, min_size: int = 2, *, whole_first: bool = False
+) -> Selection:
     """Whole groups in order while they fit, then at most two cut, so that exactly ``target`` train.
 
     Args:
         sizes: sessions of each ready group, in the order the buffer offers them (oldest first).
         target: sessions the step trains (M x rollout.n).
         min_size: fewest sessions a cut group keeps (B_low: a GRPO group needs two).
+        whole_first: first look for whole groups that make ``target`` exactly (`_exact` without a
+            cut), and cut only when none do. The async buffer sets it: there the groups not taken
+            stay for the next update, while a cut group's other sessions are generated for nothing
+            and drain the rollouts generation keeps ahead of the update.
 
     Returns:
         The `Selection`; ``shortfall`` > 0 only when the ready groups hold fewer than ``target``
@@ -80,6 +86,10 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
         raise ValueError(f"target={target} and min_size={min_size} must be >= 1.")
     if any(s < 1 for s in sizes):
         raise ValueError(f"every group offered must have a session, got sizes {list(sizes)}.")
+    if whole_first:
+        exact = _exact(sizes, target, min_size, cut=False)
+        if exact is not None:
+            return exact
     whole: list[int] = []
     skipped: list[int] = []
     total = 0
@@ -121,8 +131,9 @@ def select_to_budget(sizes: Sequence[int], target: int, min_size: int = 2) -> Se
     return _exact(sizes, target, min_size) or Selection(tuple(whole), (), left)
 
 
-def _exact(sizes: Sequence[int], target: int, min_size: int) -> Selection | None:
-    """Whole groups and at most one cut group making exactly ``target`` (module docstring, step 5).
+def _exact(sizes: Sequence[int], target: int, min_size: int, cut: bool = True) -> Selection | None:
+    """Whole groups and at most one cut group (none unless ``cut``) making exactly ``target``
+    (module docstring, step 5). Of several choices, the earlier (older) groups are preferred.
 
     For each candidate cut group c (the oldest of each size >= ``min_size``, plus none), the totals
     reachable by whole groups other than c are a bitset per prefix: bit t of ``reach[j]`` is set when
@@ -134,7 +145,7 @@ def _exact(sizes: Sequence[int], target: int, min_size: int) -> Selection | None
     mask = (1 << (target + 1)) - 1
     seen: set[int] = set()
     candidates: list[int | None] = [None]
-    for c, size in enumerate(sizes):
+    for c, size in enumerate(sizes if cut else ()):
         if size >= min_size and size not in seen:
             seen.add(size)
             candidates.append(c)

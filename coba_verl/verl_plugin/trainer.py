@@ -1,7 +1,8 @@
-"""`CobaTrainer`: veRL 0.9's synchronous V1 trainer with CoBA-RL budgets per prompt.
+"""`CobaBudgets`: CoBA-RL budgets per prompt in veRL 0.9's V1 trainers, mixed into its synchronous
+trainer (`CobaTrainer`, ``trainer_mode=sync``) and its ``colocate_async`` one (`CobaColocateAsyncTrainer`).
 
-Methods of `PPOTrainerSync` (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls the
-original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
+Methods of veRL's trainer (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls the
+original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, for both bases):
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
                              (same sampler, plus the allocator in its checkpoint state).
@@ -29,10 +30,19 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import):
 ``on_validate_begin/_end``   for a validation-only run (``trainer.val_only``, e.g. ``coba-verl
                              estimate``), a progress bar in generations over veRL's validation
                              loader (`progress.CountingLoader`), and the loader put back after.
-``step``                     veRL's step, then ``allocator.end_step()`` (windows, F_bar, alpha/beta
-                             for the next step) and the ``coba/`` metrics. ``fit()`` writes the
-                             checkpoint after ``step`` returns, so data.pt holds the updated tracker
-                             and the unsubmitted rest of the current round.
+``step``                     veRL's step, then the step's ledger closed (`RolloutLedger.close_step`:
+                             in the sync trainer a group still open failed), ``allocator.end_step()``
+                             (windows, F_bar, alpha/beta for the next step) and the ``coba/``
+                             metrics. ``fit()`` writes the checkpoint after ``step`` returns, so
+                             data.pt holds the updated tracker and the unsubmitted rest of the round.
+``_load_checkpoint``         veRL's resume; in ``colocate_async`` the prompt groups restored from
+                             TransferQueue reopen in the ledger, in flight, counted once.
+``_reissue_inflight_prompts`` veRL's re-issue; the ledger dates the re-issued groups to this step.
+
+Every session's fate is written once, in the ledger (`coba_verl.records.ledger`): trained
+(``_compute_advantage``), cut (the buffer's ``on_trim``), evicted (the buffer's ``on_clear``, before
+TransferQueue forgets the group) or failed (a group closed without it); the ``coba/`` rollout
+counters are the step's tally.
 
 One step, M = 3 prompts, rollout.n = 4::
 
@@ -60,6 +70,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
@@ -129,6 +140,7 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
 
 check_verl_api(PPOTrainerSync)
 check_verl_api(PPOTrainerColocateAsync)
+check_verl_api(PPOTrainerSeparateAsync)
 
 
 #: veRL's own replay buffer classes and the CoBA one each is rebuilt as (same constructor arguments).
@@ -520,3 +532,14 @@ class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
     (`CobaReplayBufferAsync`), and what it trains is reported in policy versions behind."""
 
     VERL_MODE = "colocate_async"
+
+
+@register_trainer(COBA_MODES["separate_async"])
+class CobaSeparateAsyncTrainer(CobaBudgets, PPOTrainerSeparateAsync):
+    """veRL's ``separate_async`` V1 trainer with CoBA-RL budgets: a standalone rollout pool generates
+    ahead, and each of the ``parameter_sync_step`` local updates between two weight syncs trains
+    exactly (M / parameter_sync_step) x n rollouts (`CobaReplayBufferAsync`). The hybrid rollout
+    switch, when on, still decides *when* to lend the training devices by finished groups; what each
+    update trains is counted in rollouts."""
+
+    VERL_MODE = "separate_async"

@@ -42,6 +42,12 @@ def test_cpu_backend_refuses_an_overridden_setting_it_cannot_run(monkeypatch):
         launcher.prepare_cpu_run(tiny_config("actor_rollout_ref.rollout.name=vllm"))
 
 
+def test_cpu_backend_refuses_separate_async_naming_the_checkpoint_engine(monkeypatch):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    with pytest.raises(ValueError, match="separate_async cannot run on the CPU backend.*checkpoint engine"):
+        launcher.prepare_cpu_run(tiny_config("trainer.v1.trainer_mode=separate_async"))
+
+
 def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch):
     monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
     import verl.plugin.platform.platform_manager as platform_manager

@@ -130,3 +130,25 @@ def test_kept_successes_are_the_groups_share_rounded_keeping_one_of_each(outcome
         assert abs(successes - keep * share) < 1 or successes in (1, keep - 1)
     else:
         assert abs(successes - keep * share) <= 1
+
+
+def test_whole_first_takes_whole_groups_that_make_the_target_before_cutting_one():
+    sizes = [6, 9, 4, 2, 8]  # greedy: 6 + 9, then a cut; whole groups such as 6 + 2 + 8 make 16
+    assert select_to_budget(sizes, 16).cuts != ()
+    choice = select_to_budget(sizes, 16, whole_first=True)
+    assert choice.cuts == () and sum(sizes[i] for i in choice.whole) == 16
+    fallback = select_to_budget([5, 7], 6, whole_first=True)  # no whole choice: cut as before
+    assert fallback.whole == () and fallback.cuts == ((1, 6),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8), target=st.integers(1, 48))
+def test_whole_first_cuts_only_when_no_whole_groups_make_the_target(sizes, target):
+    choice = select_to_budget(sizes, target, whole_first=True)
+    whole_exists = any(
+        sum(sizes[i] for i in combo) == target
+        for r in range(1, len(sizes) + 1)
+        for combo in itertools.combinations(range(len(sizes)), r)
+    )
+    assert (choice.cuts == () and choice.shortfall == 0) == whole_exists
+    assert choice.trained(sizes) == target - choice.shortfall

@@ -81,25 +81,29 @@ def base_1x8(coba_compose, gpu_1x8):
     return coba_compose(gpu_1x8)
 
 
-@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
 def test_each_supported_v1_mode_is_sent_to_its_registered_coba_trainer(base_1x8, mode):
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     from coba_verl.verl_plugin.main import prepare_config
-    from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaTrainer
+    from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "trainer.v1.trainer_mode", mode)
     prepare_config(config)
     trainer_class = get_trainer_cls(config.trainer.v1.trainer_mode)
-    assert trainer_class is {"sync": CobaTrainer, "colocate_async": CobaColocateAsyncTrainer}[mode]
+    classes = {
+        "sync": CobaTrainer,
+        "colocate_async": CobaColocateAsyncTrainer,
+        "separate_async": CobaSeparateAsyncTrainer,
+    }
+    assert trainer_class is classes[mode]
     assert trainer_class.VERL_MODE == mode
 
 
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("trainer.v1.trainer_mode", "separate_async", "trainer_separate_async.py:263-295"),
         ("trainer.v1.trainer_mode", "fully_async", "not a veRL V1 mode coba-verl supports"),
         ("trainer.v1.sync.parameter_sync_step", 2, "Set trainer.v1.sync.parameter_sync_step=1"),
         ("coba.min_rollouts", 1, "coba.min_rollouts=1 is below 2"),

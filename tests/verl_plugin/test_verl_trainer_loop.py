@@ -37,13 +37,14 @@ from tensordict import TensorDict
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode, PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tokenizer import normalize_token_ids
 
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaTrainer
+from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
 # 3 ranks: 16 trajectories (plus multi-output extras) never fill lcm(3, ppo_mini_batch_size * n = 8) = 24,
@@ -168,6 +169,15 @@ class CpuActorWorkerGroup:
         )
         return {"metrics": {"mfu": 0.0, "pg_loss": 0.0}}
 
+    def save_model_to_cpu(self, slot):  # separate_async's decoupled PPO: no weights here
+        pass
+
+    def restore_model_from_cpu(self, slot):
+        pass
+
+    def clear_cpu_model(self, slot):
+        pass
+
     def save_checkpoint(self, local_path, remote_path=None, global_steps=0, max_ckpt_to_keep=None):
         os.makedirs(local_path, exist_ok=True)
 
@@ -251,6 +261,9 @@ def fit(config, tokenizer, tq, log_path, monkeypatch, cls=CobaTrainer, manager_c
     trainer._init_resource_pool_mgr()
     trainer.actor_rollout_wg = CpuActorWorkerGroup(tq)
     trainer.checkpoint_manager = NoWeightSync()
+    if isinstance(trainer, PPOTrainerSeparateAsync):  # what its _setup builds: the standalone pool's sync
+        trainer.standalone_checkpoint_manager = NoWeightSync()
+        trainer.current_mode = HybridEngineMode.TRAINER  # actor_rollout_ref.hybrid_engine=false
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])  # rewards come with rollouts
     trainer._load_checkpoint()
     manager = (manager_cls or InlineAgentLoopManager)(config, tokenizer)
@@ -886,13 +899,24 @@ class RayAgentLoopManager(InlineAgentLoopManager):
         ray.get([worker.drain.remote() for worker in self.workers])
 
 
-def async_fit(workers, small_config, tokenizer, tq, root, *overrides, hang_step=None, ckpt=None):
-    """`fit` under ``trainer.v1.trainer_mode=colocate_async`` with the worker actors."""
+def async_fit(
+    workers,
+    small_config,
+    tokenizer,
+    tq,
+    root,
+    *overrides,
+    hang_step=None,
+    ckpt=None,
+    cls=CobaColocateAsyncTrainer,
+):
+    """`fit` under ``trainer.v1.trainer_mode=colocate_async`` (or ``cls``'s mode) with the worker actors."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        config = loop_config(small_config, ckpt or root / "ckpt", *ASYNC, *overrides, mode="colocate_async")
+        warmup = ASYNC if cls is CobaColocateAsyncTrainer else ()
+        config = loop_config(small_config, ckpt or root / "ckpt", *warmup, *overrides, mode=cls.VERL_MODE)
         trainer, manager = fit(
             config, tokenizer, tq, root / "metrics.jsonl", monkeypatch,
-            cls=CobaColocateAsyncTrainer,
+            cls=cls,
             manager_cls=lambda config, tokenizer: RayAgentLoopManager(workers, hang_step),
         )  # fmt: skip
     return SimpleNamespace(
@@ -1025,3 +1049,45 @@ def test_colocate_async_with_dapo_evicts_to_the_tracker_and_still_trains_m_times
             if not key.startswith("pad"):
                 by_group.setdefault(key.rsplit("_", 2)[0], []).append(advantage)
         assert all(any(a != 0 for a in values) for values in by_group.values())
+
+
+#: separate_async with a standalone pool only (no hybrid replicas), two local updates per weight
+#: sync: each trains (M / 2) x n rollouts, one mini-batch of ppo_mini_batch_size = M / 2 prompts.
+SEPARATE = (
+    "trainer.v1.separate_async.parameter_sync_step=2", "trainer.v1.separate_async.num_warmup_batches=2",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS_PER_STEP // 2}",
+    "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "actor_rollout_ref.hybrid_engine=false",
+)  # fmt: skip
+
+
+def test_separate_async_local_updates_each_train_their_share_in_rollouts(
+    async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    for strategy in ("uniform", "coba"):
+        (tmp_path / strategy).mkdir()
+    runs = {
+        strategy: async_fit(
+            async_workers,
+            small_config,
+            tiny_tokenizer,
+            transfer_queue,
+            tmp_path / strategy,
+            *SEPARATE,
+            "trainer.save_freq=-1",
+            f"coba.strategy={strategy}",
+            cls=CobaSeparateAsyncTrainer,
+        )  # fmt: skip
+        for strategy in ("uniform", "coba")
+    }
+    run = runs["coba"]
+    assert run.trainer.trainer_mode == "separate_async" and run.trainer.parameter_sync_step == 2
+    share = PROMPTS_PER_STEP // 2 * ROLLOUT_N
+    costs = {
+        strategy: [update_cost(u) for u in r.trainer.actor_rollout_wg.updates] for strategy, r in runs.items()
+    }
+    assert [sessions for sessions, _, _ in costs["coba"]] == [share] * (2 * STEPS)
+    assert [sessions for sessions, _, _ in costs["uniform"]] == [share] * (2 * STEPS)
+    assert [cost[1:] for cost in costs["coba"]] == [cost[1:] for cost in costs["uniform"]]  # rows, opt. steps
+    assert_every_step_balances(run.logged, synchronous=False)
+    assert any(len(set(s["budgets"])) > 1 for s in run.manager.submissions)
