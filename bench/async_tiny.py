@@ -16,7 +16,7 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
     step s           ``timing_s/step``, median
     stale share      groups veRL evicted as stale / groups trained
     behind           ``coba/versions_behind_mean``, mean over steps
-    held-out         ``val-core/.../acc/mean@1`` after the last step, mean over seeds
+    held-out         ``val-core/.../acc/mean@k`` after the last step, mean over seeds
 
 then CoBA / uniform ratios. The runs share the machine with nothing but themselves (one at a time),
 and a step's time includes the 2 cores' generation running beside the update.
@@ -65,7 +65,7 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float]:
     """The module docstring's figures for one strategy."""
     steps = [row for rows in rows_by_seed for row in rows if "timing_s/step" in row]
     finals = [
-        next((v for k, v in row.items() if k.startswith("val-core/") and k.endswith("/mean@1")), np.nan)
+        next((v for k, v in row.items() if k.startswith("val-core/") and "/acc/mean@" in k), np.nan)
         for rows in rows_by_seed
         for row in rows[-1:]
     ]
