@@ -195,20 +195,24 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
     if args.train.async_enable:
         raise ValueError(
-            "--train.async_enable is not supported with CoBA budgets: OpenRLHF's async trainer "
-            "(trainer/ppo_trainer_async.py) runs generation in its own actor, one round ahead of training, "
-            "so the budgets of a round would be chosen before the previous round's pass rates reach the "
-            "tracker, and it over-samples prompts (--rollout.vllm_generate_batch_size) and resumes partial "
-            "rollouts outside the round's budget. Drop --train.async_enable (and "
-            "--train.partial_rollout_enable)."
+            "--train.async_enable is not supported with CoBA budgets: OpenRLHF's CLI then runs "
+            "PPOTrainerAsync (cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds OpenRLHF's "
+            "own SamplesGenerator (trainer/ppo_trainer_async.py:58), so the budgets would be silently "
+            "ignored; it also generates one round ahead of training or more (--train.async_queue_size), "
+            "so a round's budgets would be chosen before the previous round's pass rates reach the "
+            "tracker, may over-sample prompts (--rollout.vllm_generate_batch_size > "
+            "--rollout.rollout_batch_size) and, with partial rollout, mixes weight versions within a "
+            "sample. Drop --train.async_enable (and --train.partial_rollout_enable)."
         )
     if args.algo.dynamic_filtering_enable:
         raise ValueError(
             "--algo.dynamic_filtering_enable is not supported with CoBA budgets: OpenRLHF drops a prompt "
-            "whose mean score falls outside --algo.dynamic_filtering_range and dispatches a replacement "
-            "prompt with --rollout.n_samples_per_prompt samples, outside the round's allocation, and the "
-            "dropped group's scores never reach the tracker. CoBA already moves budget away from prompts "
-            "whose groups would carry no signal; drop --algo.dynamic_filtering_enable."
+            "whose mean score is not strictly inside --algo.dynamic_filtering_range and dispatches a "
+            "replacement prompt with --rollout.n_samples_per_prompt samples, outside the round's "
+            "allocation (samples_generator.py:169-191), and the dropped group's scores never reach the "
+            "tracker; coba-verl's generator does not run that filter loop, so the flag would be ignored. "
+            "CoBA already moves budget away from prompts whose groups would carry no signal; drop "
+            "--algo.dynamic_filtering_enable."
         )
     check_group_weight_mode(coba.group_weight, str(args.actor.loss_agg_mode))
     if coba.prior_file is not None and not Path(coba.prior_file).expanduser().is_file():

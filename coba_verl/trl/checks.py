@@ -54,7 +54,19 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             generation_batch_size / num_generations prompts whose M * num_generations
             completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
             ``remove_unused_columns=True`` (it drops the id column).
+        TypeError: ``args`` is not a ``GRPOConfig`` (an ``AsyncGRPOConfig`` of TRL's experimental
+            ``AsyncGRPOTrainer``, which is not a ``GRPOTrainer``).
     """
+    from trl import GRPOConfig
+
+    if not isinstance(args, GRPOConfig):
+        raise TypeError(
+            f"CobaGRPOTrainer takes a trl.GRPOConfig, got {type(args).__name__}. TRL's experimental "
+            "AsyncGRPOTrainer (trl/experimental/async_grpo) is not a GRPOTrainer: it generates in a spawned "
+            "process with num_generations completions for every prompt (async_rollout_worker.py:614, 696, "
+            "886) and has no generation round to allocate per-prompt budgets over, so CoBA-RL cannot run "
+            "in it. Use GRPOConfig with CobaGRPOTrainer."
+        )
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
     check_group_weight_loss_type(coba.group_weight, str(args.loss_type))
     if args.use_vllm and args.vllm_mode == "server":

@@ -30,7 +30,7 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
 @pytest.mark.parametrize(
     ("extra", "flag", "why"),
     [
-        (["--train.async_enable"], "--train.async_enable", "one round ahead of training"),
+        (["--train.async_enable"], "--train.async_enable", "builds OpenRLHF's own SamplesGenerator"),
         (
             ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1"],
             "--algo.dynamic_filtering_enable",

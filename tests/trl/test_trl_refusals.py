@@ -92,3 +92,12 @@ def test_reads_ids_from_the_named_column(make_trainer, toy):
 def test_refuses_a_coba_config_that_is_not_the_dataclass(make_trainer):
     with pytest.raises(TypeError, match=r"coba_config must be a coba_verl.core.CobaConfig, got dict"):
         make_trainer(CobaGRPOTrainer, coba_config={"strategy": "coba"})
+
+
+def test_refuses_the_async_grpo_trainers_config_by_name(make_trainer):
+    """TRL's experimental AsyncGRPOTrainer is not a GRPOTrainer; its config must not pass for one."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    config = AsyncGRPOConfig(output_dir="unused", report_to=[], use_cpu=True, bf16=False)
+    with pytest.raises(TypeError, match=r"got AsyncGRPOConfig\. TRL's experimental AsyncGRPOTrainer"):
+        make_trainer(CobaGRPOTrainer, config)
