@@ -50,7 +50,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     Raises:
         ValueError: ``CobaConfig.budget_unit='tokens'`` (`require_rollout_budget`: a generation
             round is generation_batch_size completions); ``coba.group_weight=equal`` with a
-            ``loss_type`` `GROUP_WEIGHT_MODES` does not know; vLLM server mode; a round of M =
+            ``loss_type`` `GROUP_WEIGHT_MODES` does not know; a round of M =
             generation_batch_size / num_generations prompts whose M * num_generations
             completions no budgets in [min_rollouts, max_rollouts] can spend (`check_budget`);
             ``remove_unused_columns=True`` (it drops the id column).
@@ -69,13 +69,6 @@ def check_args(args: Any, coba: CobaConfig) -> None:
         )
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
     check_group_weight_loss_type(coba.group_weight, str(args.loss_type))
-    if args.use_vllm and args.vllm_mode == "server":
-        raise ValueError(
-            "use_vllm=True with vllm_mode='server' is not supported by CobaGRPOTrainer: TRL's server "
-            "client sends every num_generations-th prompt with n=num_generations, so every prompt gets "
-            "the same group size. Use vllm_mode='colocate' (one completion per row) or transformers "
-            "generation."
-        )
     # GRPOConfig.__post_init__ has made generation_batch_size = per_device_train_batch_size *
     # processes * steps_per_generation, a multiple of num_generations (TRL 1.16).
     g, total = int(args.num_generations), int(args.generation_batch_size)

@@ -85,6 +85,7 @@ from coba_verl.trl.groups import (
     prompt_mean_score,
     row_scores,
 )
+from coba_verl.trl.server_client import GroupSizeClient
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +147,9 @@ class CobaGRPOTrainer(GRPOTrainer):
     ``reward`` when every B_i = G) or by the held-out ``eval_reward``.
 
     Raises:
-        TypeError: ``coba_config`` that is not a `CobaConfig`.
-        ValueError: before TRL loads the model when the arguments allow, for vLLM server mode;
-            a ``rollout_func``; ``num_generations`` outside [min_rollouts, max_rollouts]
+        TypeError: ``coba_config`` that is not a `CobaConfig`; ``args`` that is not a ``GRPOConfig``
+            (TRL's experimental ``AsyncGRPOConfig``).
+        ValueError: before TRL loads the model when the arguments allow, for a ``rollout_func``; ``num_generations`` outside [min_rollouts, max_rollouts]
             (`CobaConfig` itself refuses ``min_rollouts < 2``); ``remove_unused_columns=True``; no
             map-style ``train_dataset``; a missing id column, ids that are not int or str or mix
             the two, or a repeated id.
@@ -232,6 +233,26 @@ class CobaGRPOTrainer(GRPOTrainer):
         self.last_allocation, self._last_ids = plan.allocation, plan.ids
         self._round_rewards = None
         return output
+
+    def _generate_single_turn(
+        self,
+        prompt_ids: Any,
+        images: Any,
+        multimodal_fields: Any,
+        num_generations: int,
+        has_tool_images: bool = False,
+    ) -> Any:
+        """TRL's generation; in vLLM server mode while training, one completion per row of the round,
+        asked of the server one group size at a time (`GroupSizeClient`: TRL's stride of
+        ``num_generations`` rows would skip prompts whose budget is not G)."""
+        if self.use_vllm and self.args.vllm_mode == "server" and self.model.training:
+            generation = self.vllm_generation
+            if self.accelerator.is_main_process and not isinstance(generation.vllm_client, GroupSizeClient):
+                generation.vllm_client = GroupSizeClient(generation.vllm_client)
+            num_generations = 1
+        return super()._generate_single_turn(
+            prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+        )
 
     def _calculate_rewards(
         self, inputs: list[dict[str, Any]], prompts: list, completions: list, completion_ids_list: list

@@ -12,11 +12,6 @@ from coba_verl.trl import CobaGRPOTrainer
 @pytest.mark.parametrize(
     ("config_kwargs", "coba_fields", "message"),
     [
-        (
-            dict(use_vllm=True, vllm_mode="server"),
-            {},
-            r"vllm_mode='server' is not supported by CobaGRPOTrainer: .* Use vllm_mode='colocate'",
-        ),
         (  # the core's check_budget, worded for TRL
             {},
             dict(min_rollouts=5, max_rollouts=16),
