@@ -105,9 +105,7 @@ def main() -> None:
         for strategy in STRATEGIES:
             results[strategy].append(run(data, strategy, seed, args.steps, args.overrides))
     table = {strategy: summary(rows) for strategy, rows in results.items()}
-    print(
-        f"colocate_async, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}"
-    )
+    print(f"colocate_async, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}")
     print(f"{'':16}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
     for key in table["uniform"]:
         u, c = table["uniform"][key], table["coba"][key]

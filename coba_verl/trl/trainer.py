@@ -149,7 +149,8 @@ class CobaGRPOTrainer(GRPOTrainer):
     Raises:
         TypeError: ``coba_config`` that is not a `CobaConfig`; ``args`` that is not a ``GRPOConfig``
             (TRL's experimental ``AsyncGRPOConfig``).
-        ValueError: before TRL loads the model when the arguments allow, for a ``rollout_func``; ``num_generations`` outside [min_rollouts, max_rollouts]
+        ValueError: before TRL loads the model when the arguments allow, for a ``rollout_func``;
+            ``num_generations`` outside [min_rollouts, max_rollouts]
             (`CobaConfig` itself refuses ``min_rollouts < 2``); ``remove_unused_columns=True``; no
             map-style ``train_dataset``; a missing id column, ids that are not int or str or mix
             the two, or a repeated id.
