@@ -124,7 +124,7 @@ class RolloutLedger:
         ledger.open_group("b", prompt_id=2, budget=2, version=0)
         ledger.settle("a", {0: 12, 2: 9}, Fate.TRAINED, close=True)   # session 1 failed
         ledger.settle("b", {0: 4}, Fate.CUT)                          # b's session 1 in flight
-        ledger.close_step(version=1).counts()
+        ledger.close_step().counts()
         # generated 5, trained 2, cut 1, failed 1, in flight 1
     """
 

@@ -242,7 +242,7 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
         )
     elif refill:
         where = "trainer.v1.sampler.sync_refill_failed_groups=true: it trains M x rollout.n rollouts"
-    elif config.trainer.v1.trainer_mode not in ("sync", COBA_TRAINER_MODE):
+    elif coba_mode(config.trainer.v1.trainer_mode) != COBA_MODES["sync"]:  # check_v1_mode ran before
         mode = config.trainer.v1.trainer_mode
         where = f"trainer.v1.trainer_mode={mode}: each update trains M x rollout.n rollouts"
     if where is not None:
