@@ -115,7 +115,8 @@ def check_generation(rollout_func: Any) -> None:
         raise ValueError(
             "rollout_func is not supported by CobaGRPOTrainer: TRL makes the rollout function "
             "responsible for num_generations completions per prompt, which per-prompt budgets replace. "
-            "Generate with TRL's built-in transformers or colocated vLLM path instead."
+            "Generate with TRL's built-in generation instead (transformers, or vLLM in server or colocate "
+            "mode)."
         )
 
 
