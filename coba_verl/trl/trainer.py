@@ -1,6 +1,6 @@
 """`CobaGRPOTrainer`: TRL's `GRPOTrainer` with a CoBA-RL group size B_i per prompt (spec §1, §7).
 
-Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls TRL's own:
+Tested with TRL 1.16.0. Five methods of TRL's trainer are extended; each calls TRL's own:
 
 ``_generate_and_score_completions``  (train mode) gather the round's rows, collapse TRL's G copies
                                      of each prompt into one, B = allocate(ids, M * G) on the main
@@ -10,6 +10,10 @@ Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls T
                                      (times (R / G) / B_g under ``coba.group_weight=equal``),
                                      the tracker gets one score per completion, and the ``coba/``
                                      metrics go to TRL's log. Evaluation is TRL's, untouched.
+``_generate_single_turn``            TRL's; in vLLM server mode while training, one completion per
+                                     row, asked of the server one group size at a time
+                                     (`GroupSizeClient`). Transformers and colocated vLLM generate
+                                     per row already.
 ``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
 ``_save_checkpoint``                 TRL's, then ``coba_allocator.npz`` in ``checkpoint-<step>/``.
 ``_load_optimizer_and_scheduler``    TRL's, then the allocator, TRL's ``_step`` and the unfinished
