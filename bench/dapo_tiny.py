@@ -20,6 +20,9 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
                        what is left of the current round, so this is DAPO's generation rounds)
     evicted/step       ``training/filter_groups/evicted_samples``: groups veRL's filter evicted
                        (no reward spread), mean per step
+    evicted rollouts   ``coba/evicted_rollouts`` per step (the filter's and the surplus's sessions)
+    zero-var share     ``coba/all_pass_share + coba/all_fail_share``: share of the step's observed
+                       groups without a reward spread, mean over steps
     surplus/step       ``training/filter_groups/discarded_surplus_samples``, mean per step
     cut/step           ``coba/cut_rollouts``: sessions cut from a trained group to make M x n
     step s             ``timing_s/step``, median over steps (validation is outside it)
@@ -27,8 +30,10 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
 
 then CoBA / uniform ratios of these pooled figures, and per seed the ratios of rollouts and tokens
 generated per trained rollout and of the median step, with their mean and a 95 % t-interval over
-seeds, and the held-out accuracies. ``coba/trained_rollouts`` differing from M x n in any step is
-reported as a defect and the script exits with status 1 after printing the tables.
+seeds, and the held-out accuracies. ``--logs`` reads the folders of earlier runs instead of
+running (seed by seed, uniform then CoBA, as the script prints them). ``coba/trained_rollouts``
+differing from M x n in any step is reported as a defect and the script exits with status 1
+after printing the tables.
 """
 
 from __future__ import annotations
@@ -87,7 +92,12 @@ def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) 
         done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
-    return [json.loads(line)["data"] for line in log.read_text().splitlines()], work
+    return read_log(work), work
+
+
+def read_log(work: Path) -> list[dict]:
+    """veRL's file-logger rows of the run in ``work``."""
+    return [json.loads(line)["data"] for line in (work / "metrics.jsonl").read_text().splitlines()]
 
 
 def training_steps(rows: list[dict]) -> list[dict]:
@@ -121,6 +131,10 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
         "rounds/step": float(np.mean([row["coba/rounds"] for row in steps])),
         "evicted/step": float(np.mean([row.get(EVICTED, 0) for row in steps])),
         "surplus/step": float(np.mean([row.get(SURPLUS, 0) for row in steps])),
+        "evicted rollouts": float(np.mean([row["coba/evicted_rollouts"] for row in steps])),
+        "zero-var share": float(
+            np.mean([row.get("coba/all_pass_share", 0) + row.get("coba/all_fail_share", 0) for row in steps])
+        ),
         "cut/step": float(np.mean([row.get("coba/cut_rollouts", 0) for row in steps])),
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
         "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
@@ -156,14 +170,24 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument(
+        "--logs", nargs="+", type=Path, help="folders of earlier runs to read instead of running"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, for both strategies")
     args = parser.parse_args()
     data = Path(args.data_dir).expanduser()
     target = batch_rollouts(args.overrides)
+    if args.logs is not None and len(args.logs) != len(STRATEGIES) * len(args.seeds):
+        parser.error(f"--logs needs {len(STRATEGIES)} folders per seed, got {len(args.logs)}")
+    folders = iter(args.logs or [])
     results: dict[str, list[list[dict]]] = {strategy: [] for strategy in STRATEGIES}
     for seed in args.seeds:
         for strategy in STRATEGIES:
-            rows, work = run(data, strategy, seed, args.steps, args.overrides)
+            if args.logs is None:
+                rows, work = run(data, strategy, seed, args.steps, args.overrides)
+            else:
+                work = next(folders)
+                rows = read_log(work)
             print(f"seed {seed} {strategy}: {len(training_steps(rows))} steps, logs in {work}", flush=True)
             results[strategy].append(rows)
 
