@@ -23,9 +23,13 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
     evicted rollouts   ``coba/evicted_rollouts`` per step (the filter's and the surplus's sessions)
     zero-var share     ``coba/all_pass_share + coba/all_fail_share``: share of the step's observed
                        groups without a reward spread, mean over steps
+    evicted B          ``coba/evicted_budget_mean``: mean budget of the groups cleared untrained,
+                       mean over the steps that cleared some (n for uniform)
     surplus/step       ``training/filter_groups/discarded_surplus_samples``, mean per step
     cut/step           ``coba/cut_rollouts``: sessions cut from a trained group to make M x n
     step s             ``timing_s/step``, median over steps (validation is outside it)
+    gen s, update s    ``timing_s/gen`` (waiting for M x n rollouts, refills included) and
+                       ``timing_s/update_actor``, medians over steps
     held-out           ``val-core/.../acc/mean@k`` after the last step, mean over seeds
 
 then CoBA / uniform ratios of these pooled figures, and per seed the ratios of rollouts and tokens
@@ -136,7 +140,12 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
             np.mean([row.get("coba/all_pass_share", 0) + row.get("coba/all_fail_share", 0) for row in steps])
         ),
         "cut/step": float(np.mean([row.get("coba/cut_rollouts", 0) for row in steps])),
+        "evicted B": float(
+            np.mean([r["coba/evicted_budget_mean"] for r in steps if "coba/evicted_budget_mean" in r])
+        ),
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
+        "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
+        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
         "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
     }
 
@@ -147,7 +156,12 @@ def per_seed(rows: list[dict]) -> dict[str, float]:
     return {
         "gen/trained": per_trained(steps, "coba/rollouts_generated"),
         "tok gen/trained": per_trained(steps, "coba/tokens_generated"),
+        "evicted B": float(
+            np.mean([r["coba/evicted_budget_mean"] for r in steps if "coba/evicted_budget_mean" in r])
+        ),
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
+        "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
+        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
         "held-out": held_out(rows),
     }
 
