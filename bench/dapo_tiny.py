@@ -2,7 +2,7 @@
 
     python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
     python bench/dapo_tiny.py                                   # seeds 0 1, 32 steps each
-    python bench/dapo_tiny.py --seeds 0 1 2 --steps 48 algorithm.filter_groups.max_inflight_gen_batches=2
+    nice -n 5 python bench/dapo_tiny.py --seeds 0 1 2 --steps 40      # docs/verl.md, "What a step costs"
 
 Each seed runs ``python -m coba_verl.main`` with ``algorithm.filter_groups.enable=true
 algorithm.filter_groups.metric=reward`` twice, uniform then CoBA, one after the other on the same
@@ -20,13 +20,13 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
                        what is left of the current round, so this is DAPO's generation rounds)
     evicted/step       ``training/filter_groups/evicted_samples``: groups veRL's filter evicted
                        (no reward spread), mean per step
+    surplus/step       ``training/filter_groups/discarded_surplus_samples``, mean per step
     evicted rollouts   ``coba/evicted_rollouts`` per step (the filter's and the surplus's sessions)
     zero-var share     ``coba/all_pass_share + coba/all_fail_share``: share of the step's observed
                        groups without a reward spread, mean over steps
+    cut/step           ``coba/cut_rollouts``: sessions cut from a trained group to make M x n
     evicted B          ``coba/evicted_budget_mean``: mean budget of the groups cleared untrained,
                        mean over the steps that cleared some (n for uniform)
-    surplus/step       ``training/filter_groups/discarded_surplus_samples``, mean per step
-    cut/step           ``coba/cut_rollouts``: sessions cut from a trained group to make M x n
     step s             ``timing_s/step``, median over steps (validation is outside it)
     gen s, update s    ``timing_s/gen`` (waiting for M x n rollouts, refills included) and
                        ``timing_s/update_actor``, medians over steps
