@@ -15,6 +15,9 @@ CI) leaves out the ones also marked ``e2e_extended``:
   coba for 4 steps with a checkpoint every step, and a resume (V1 from step 2, an epoch
   boundary; classic from step 1, see `RESUME_FROM`; the classic resume is ``e2e_extended``);
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
+* V1 ``colocate_async`` (the ``hf`` server's partial rollout) and ``separate_async`` (a standalone
+  ``hf`` server fed by the object-store checkpoint engine) for 4 steps; the ``separate_async``
+  resume from step 2 is ``e2e_extended``;
 * ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
   ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
   runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``); V1 with
@@ -565,19 +568,25 @@ SEPARATE_ASYNC = (
 def separate_async_run(tiny, tmp_path_factory):
     """veRL's separate_async trainer: a standalone pool of one hf server fed weights by the object-store
     checkpoint engine, the trainer's own replica lent to generation between updates, 2 local updates
-    per weight sync; 4 steps (3 and 4 with budgets from history), a checkpoint at step 2, then a run
-    resumed from it; every request and weight load in the request logs."""
+    per weight sync; 4 steps (3 and 4 with budgets from history), a checkpoint at step 2; every request
+    and weight load in the request logs."""
     out = tmp_path_factory.mktemp("separate-async")
     steps = train(
         tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=2", *SEPARATE_ASYNC,
         env={"COBA_HF_REQUEST_LOG": str(out)},
     )  # fmt: skip
-    resumed_out = tmp_path_factory.mktemp("separate-async-resumed")
-    resumed = train(
-        tiny, resumed_out, "trainer.total_training_steps=4", "trainer.save_freq=-1", *SEPARATE_ASYNC,
-        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out / 'ckpt' / 'global_step_2'}",
+    return SimpleNamespace(out=out, steps=steps)
+
+
+@pytest.fixture(scope="module")
+def separate_async_resumed(separate_async_run, tiny, tmp_path_factory):
+    """The separate_async run resumed from its step-2 checkpoint, to step 4."""
+    out = tmp_path_factory.mktemp("separate-async-resumed")
+    checkpoint = separate_async_run.out / "ckpt" / "global_step_2"
+    return train(
+        tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=-1", *SEPARATE_ASYNC,
+        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}",
     )  # fmt: skip
-    return SimpleNamespace(out=out, steps=steps, resumed=resumed)
 
 
 def request_log(out: Path) -> dict[int, list[dict]]:
@@ -616,10 +625,11 @@ def test_separate_async_trains_m_times_n_an_update_with_weights_sent_to_the_stan
     assert not any(e.get("event") == "sleep" for e in standalone)  # the standalone pool never sleeps
 
 
+@pytest.mark.e2e_extended
 def test_separate_async_resumed_from_a_checkpoint_trains_m_times_n_and_counts_restored_prompts_once(
-    separate_async_run,
+    separate_async_run, separate_async_resumed
 ):
-    resumed = separate_async_run.resumed
+    resumed = separate_async_resumed
     assert [s["step"] for s in resumed] == [3, 4]
     for s in resumed:
         assert {key: s[key] for key in UNIFORM_STEP} == UNIFORM_STEP
