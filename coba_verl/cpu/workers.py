@@ -4,8 +4,8 @@ veRL's workers create their process group as ``"cpu:gloo,{device}:{backend}"``
 (``verl/utils/distributed.py``), which on the ``cpu`` platform reads ``"cpu:gloo,cpu:gloo"``:
 torch refuses a device listed twice. veRL skips its own call when a group already exists, so
 `GlooActorRolloutRefWorker` creates a plain gloo group first and is otherwise veRL's
-``ActorRolloutRefWorker``. `use_gloo_workers` swaps it into a trainer's role -> worker map
-(``CobaTrainer._init_resource_pool_mgr`` calls it when the CPU backend is on).
+``ActorRolloutRefWorker``. `use_gloo_workers` swaps it into a trainer's role -> worker map; the
+`GlooWorkers` mixin (in each CoBA V1 trainer class) calls it when the CPU backend is on.
 
 ``separate_async`` puts veRL's ``DetachActorWorker`` in that map instead
 (``trainer_separate_async.py:114-126``), which snapshots the actor's shards to host memory between
@@ -23,6 +23,7 @@ from typing import Any
 import ray
 import torch
 import torch.distributed as dist
+from omegaconf import OmegaConf
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import ActorRolloutRefWorker
@@ -74,6 +75,16 @@ class GlooDetachActorWorker(DetachActorWorker):
 
 #: veRL's worker class -> the CPU backend's
 GLOO_WORKERS = {ActorRolloutRefWorker: GlooActorRolloutRefWorker, DetachActorWorker: GlooDetachActorWorker}
+
+
+class GlooWorkers:
+    """A mixin for veRL's V1 trainer (before it in the bases): with the CPU backend on
+    (``coba_cpu.enable``), veRL's worker map gets the gloo workers (`use_gloo_workers`)."""
+
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        if OmegaConf.select(self.config, "coba_cpu.enable"):
+            use_gloo_workers(self.role_worker_mapping)
 
 
 def use_gloo_workers(role_worker_mapping: dict) -> None:

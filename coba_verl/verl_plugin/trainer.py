@@ -6,8 +6,6 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
                              (same sampler, plus the allocator in its checkpoint state).
-``_init_resource_pool_mgr``  veRL's worker map; with the CPU backend on (``coba_cpu.enable``), its
-                             actor worker swapped for the gloo-only one (`coba_verl.cpu.workers`).
 ``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
                              groups DAPO evicts or discards to the tracker before clearing them and,
                              under DAPO with budgets, trains exactly M * rollout.n rollouts a step
@@ -25,11 +23,6 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
                              scores and response lengths go to the tracker (`sessions`' rule for
                              failed sessions and for an engine that ignores budgets), and what the
                              step trains is counted (`trained_cost`).
-``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
-                             budget range, alpha/beta, prompt mean score, held-out when measured.
-``on_validate_begin/_end``   for a validation-only run (``trainer.val_only``, e.g. ``coba-verl
-                             estimate``), a progress bar in generations over veRL's validation
-                             loader (`progress.CountingLoader`), and the loader put back after.
 ``step``                     veRL's step, then the step's ledger closed (`RolloutLedger.close_step`:
                              in the sync trainer a group still open failed), ``allocator.end_step()``
                              (windows, F_bar, alpha/beta for the next step) and the ``coba/``
@@ -38,6 +31,11 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 ``_load_checkpoint``         veRL's resume; in ``colocate_async`` the prompt groups restored from
                              TransferQueue reopen in the ledger, in flight, counted once.
 ``_reissue_inflight_prompts`` veRL's re-issue; the ledger dates the re-issued groups to this step.
+
+Each trainer class also mixes in two things that are not about budgets, each from its home: the
+step's readable line and a validation progress bar (`progress.ProgressLines`: ``_compute_metrics``,
+``on_validate_begin/_end``), and the CPU backend's gloo workers (`coba_verl.cpu.workers.GlooWorkers`:
+``_init_resource_pool_mgr``, a no-op unless ``coba_cpu.enable``).
 
 Every session's fate is written once, in the ledger (`coba_verl.records.ledger`): trained
 (``_compute_advantage``), cut (the buffer's ``on_trim``), evicted (the buffer's ``on_clear``, before
@@ -64,7 +62,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
@@ -78,11 +76,11 @@ from verl.workers.utils.padding import response_to_nested
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
-from coba_verl.core.step_line import step_line
+from coba_verl.cpu.workers import GlooWorkers
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
-from coba_verl.verl_plugin.config_bridge import COBA_MODES, HELD_OUT_PREFIX, check_config
+from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
-from coba_verl.verl_plugin.progress import CountingLoader
+from coba_verl.verl_plugin.progress import ProgressLines
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
 from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, uid_of
 
@@ -252,13 +250,6 @@ class CobaBudgets:
             model_path=self.config.actor_rollout_ref.model.path,
         )
 
-    def _init_resource_pool_mgr(self) -> None:
-        super()._init_resource_pool_mgr()
-        if OmegaConf.select(self.config, "coba_cpu.enable"):
-            from coba_verl.cpu.workers import use_gloo_workers
-
-            use_gloo_workers(self.role_worker_mapping)
-
     def _build_replay_buffer(self) -> ReplayBuffer:
         """veRL's buffer; its own classes rebuilt as `CobaReplayBuffer` / `CobaReplayBufferAsync`."""
         buffer = super()._build_replay_buffer()
@@ -395,26 +386,6 @@ class CobaBudgets:
                     self.ledger.restart(uid, self.global_steps)
         return reissued
 
-    def on_validate_begin(self) -> None:
-        """veRL's hook; in a validation-only run, count the generations as they finish."""
-        super().on_validate_begin()
-        if self.config.trainer.get("val_only", False) and not isinstance(self.val_dataloader, CountingLoader):
-            samples = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
-            self.val_dataloader = CountingLoader(self.val_dataloader, len(self.val_dataset), samples)
-
-    def on_validate_end(self) -> None:
-        """veRL's hook; veRL's own validation loader back in place."""
-        if isinstance(self.val_dataloader, CountingLoader):
-            self.val_dataloader = self.val_dataloader.loader
-        super().on_validate_end()
-
-    def _compute_metrics(
-        self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
-    ) -> None:
-        """veRL's step metrics (validation's included, when this step validated), then the step's line."""
-        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        logger.info(step_line(global_steps, metrics, HELD_OUT_PREFIX))
-
     # ------------------------------------------------------------------ helpers
     def _allocate_round(self, prompts: TensorDict) -> TensorDict:
         """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
@@ -517,7 +488,7 @@ class CobaBudgets:
 
 
 @register_trainer(COBA_MODES["sync"])
-class CobaTrainer(CobaBudgets, PPOTrainerSync):
+class CobaTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerSync):
     """veRL's synchronous V1 trainer with CoBA-RL budgets (``trainer.v1.trainer_mode=sync``).
 
     Works with and without DAPO dynamic sampling (``algorithm.filter_groups``) and failed-group
@@ -528,7 +499,7 @@ class CobaTrainer(CobaBudgets, PPOTrainerSync):
 
 
 @register_trainer(COBA_MODES["colocate_async"])
-class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
+class CobaColocateAsyncTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerColocateAsync):
     """veRL's ``colocate_async`` V1 trainer with CoBA-RL budgets: generation runs ahead of the update
     (warm-up batches, partial rollout), every update trains M x n rollouts, oldest groups first
     (`CobaReplayBufferAsync`), and what it trains is reported in policy versions behind."""
@@ -537,7 +508,7 @@ class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
 
 
 @register_trainer(COBA_MODES["separate_async"])
-class CobaSeparateAsyncTrainer(CobaBudgets, PPOTrainerSeparateAsync):
+class CobaSeparateAsyncTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerSeparateAsync):
     """veRL's ``separate_async`` V1 trainer with CoBA-RL budgets: a standalone rollout pool generates
     ahead, and each of the ``parameter_sync_step`` local updates between two weight syncs trains
     exactly (M / parameter_sync_step) x n rollouts (`CobaReplayBufferAsync`). The hybrid rollout

@@ -43,6 +43,7 @@ from verl.utils.tokenizer import normalize_token_ids
 
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
+from coba_verl.verl_plugin.progress import ProgressLines
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
 from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
@@ -283,10 +284,12 @@ def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory
     warnings = RecordWarnings()
     lines = RecordWarnings(logging.INFO)
     trainer_logger = logging.getLogger(CobaTrainer.__module__)
-    level = trainer_logger.level
+    progress_logger = logging.getLogger(ProgressLines.__module__)  # the step's line
+    level, progress_level = trainer_logger.level, progress_logger.level
     trainer_logger.setLevel(logging.INFO)
+    progress_logger.setLevel(logging.INFO)
     trainer_logger.addHandler(warnings)
-    trainer_logger.addHandler(lines)
+    progress_logger.addHandler(lines)
     try:
         with pytest.MonkeyPatch.context() as monkeypatch:
             trainer, manager = fit(
@@ -300,8 +303,9 @@ def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory
             )
     finally:
         trainer_logger.removeHandler(warnings)
-        trainer_logger.removeHandler(lines)
+        progress_logger.removeHandler(lines)
         trainer_logger.setLevel(level)
+        progress_logger.setLevel(progress_level)
     logged = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     step_lines = [m for m in lines.messages if m.startswith("coba-verl step")]
     return SimpleNamespace(
