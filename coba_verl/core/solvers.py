@@ -37,6 +37,7 @@ import numpy as np
 from coba_verl.core.config import SOLVERS as SOLVER_NAMES
 from coba_verl.core.config import check_int
 from coba_verl.core.gains import GainModel
+from coba_verl.refusal import CobaRefusal
 
 #: Largest M * (up - low) for which `solve_threshold` sorts the whole gain table of a model
 #: without closed-form counts (a few ms at most) instead of bisecting with per-prompt searches.
@@ -65,17 +66,17 @@ def check_budget(
     ValueError, which shows its repr and type.
     """
     if m <= 0:
-        raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
+        raise CobaRefusal(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
     total = check_int(total_name, total)
     low, up = check_int(low_name, low), check_int(up_name, up)
     if low < 1:
-        raise ValueError(
+        raise CobaRefusal(
             f"{low_name}={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO)."
         )
     if up < low:
-        raise ValueError(f"{up_name}={up} is below {low_name}={low}.")
+        raise CobaRefusal(f"{up_name}={up} is below {low_name}={low}.")
     if not m * low <= total <= m * up:
-        raise ValueError(
+        raise CobaRefusal(
             f"{total_name}={total} is infeasible for M={m} prompts with {low_name}={low}, {up_name}={up}: "
             f"need {m * low} <= total <= {m * up}." + (f" {fix}" if fix else "")
         )
@@ -279,4 +280,4 @@ def solve_feasible(gains: GainModel, total: int, low: int, up: int, solver: str 
 def check_solver(solver: str) -> None:
     """Refuse a solver name that is not one of `SOLVERS`."""
     if solver not in SOLVERS:
-        raise ValueError(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.")
+        raise CobaRefusal(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.")

@@ -18,6 +18,7 @@ import os
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.cpu import PLATFORM_NAME
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def prepare_cpu_run(config: DictConfig) -> None:
             ``trainer.v1.trainer_mode=separate_async`` (no weight-transfer engine runs on CPU).
     """
     if _cuda_present() and not config.coba_cpu.allow_with_cuda:
-        raise RuntimeError(
+        raise CobaRefusal(
             "coba_cpu.enable=true (the CPU backend) was selected on a machine where torch sees CUDA. "
             "Drop +coba_cpu=cpu to train on the GPU, or set coba_cpu.allow_with_cuda=true to run on CPU "
             "anyway."
@@ -109,9 +110,9 @@ def prepare_cpu_run(config: DictConfig) -> None:
     for key, value in expected.items():
         got = OmegaConf.select(config, key)
         if got != value:
-            raise ValueError(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
+            raise CobaRefusal(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
     if config.trainer.use_v1 and OmegaConf.select(config, "trainer.v1.trainer_mode") == "separate_async":
-        raise ValueError(
+        raise CobaRefusal(
             "trainer.v1.trainer_mode=separate_async cannot run on the CPU backend: it sends the weights to "
             "its standalone rollout pool through a checkpoint engine other than naive "
             "(verl/trainer/ppo/v1/trainer_separate_async.py:68-70), and veRL's (nccl, nixl, mooncake, ...) "

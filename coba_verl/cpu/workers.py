@@ -17,6 +17,8 @@ import ray
 import torch.distributed as dist
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from coba_verl.framework_api import actor_python_class
+
 
 def init_gloo_process_group() -> None:
     """``init_process_group("gloo")`` from the RANK / WORLD_SIZE / MASTER_* that veRL gives each worker."""
@@ -40,5 +42,5 @@ class GlooActorRolloutRefWorker(ActorRolloutRefWorker):
 def use_gloo_workers(role_worker_mapping: dict) -> None:
     """Replace every ``ActorRolloutRefWorker`` in veRL's role -> Ray actor class map, in place."""
     for role, actor_cls in list(role_worker_mapping.items()):
-        if getattr(actor_cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
+        if actor_python_class(actor_cls) is ActorRolloutRefWorker:
             role_worker_mapping[role] = ray.remote(GlooActorRolloutRefWorker)

@@ -2,7 +2,7 @@
 
 `PPOTrainer` is declared with ``@ray.remote``, and Ray refuses a direct subclass of an actor class
 (``ray/actor.py``), so the Python class behind it is subclassed
-(``PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__``) and wrapped in ``ray.remote``
+(`coba_verl.framework_api.actor_python_class`) and wrapped in ``ray.remote``
 again. After upstream's ``__init__`` it installs:
 
     samples_generator  `CobaSamplesGenerator` (one request per prompt with n = B_i)
@@ -29,11 +29,13 @@ from openrlhf.utils.logging_utils import init_logger
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import step_metrics
+from coba_verl.framework_api import actor_python_class
 from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
 from coba_verl.records.prompt_ids import PromptIdMap
 from coba_verl.records.saved_state import ResumeMismatch, decode, encode, identify, restore_state, saved_state
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 
@@ -42,7 +44,7 @@ logger = init_logger(__name__)
 #: Key of the allocator's state in OpenRLHF's checkpoint ``client_states``.
 STATE_KEY = "coba_allocator"
 
-_UpstreamPPOTrainer = PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
+_UpstreamPPOTrainer = actor_python_class(PPOTrainer)  # checked by check_openrlhf_api
 
 
 def prompt_rows(strategy: Any) -> Any:
@@ -75,7 +77,7 @@ def prompt_id_map(
     """
     data = prompt_rows(strategy) if data is None else data
     if id_key not in data.column_names:
-        raise ValueError(
+        raise CobaRefusal(
             f"--data.prompt_dataset has no column {id_key!r} (columns: {data.column_names}). CoBA keys each "
             f"prompt's pass rate by a stable id, not by its text (identical prompts must stay apart): add a "
             f"column of unique ids, e.g. the row number, or name yours with --coba.id_key."
@@ -131,7 +133,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         cfg = self.coba_config  # priors before any checkpoint: a resume's tracker replaces them
         seed_from_table(
             self.allocator.tracker, id_map, cfg.prior_field, cfg.prior_file, cfg.prior_weight, rows,
-            coba["id_key"],
+            coba["id_key"], "--coba.",
         )  # fmt: skip
         self.samples_generator = CobaSamplesGenerator(
             strategy=strategy,

@@ -76,7 +76,14 @@ from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.trl.checkpoint import RoundPlan, load_allocator, run_identity, save_allocator
-from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map, seed_priors
+from coba_verl.trl.checks import (
+    DEFAULT_ID_COLUMN,
+    check_args,
+    check_generation,
+    check_trl_api,
+    prompt_id_map,
+    seed_priors,
+)
 from coba_verl.trl.groups import (
     collapse_runs,
     expand_rows,
@@ -90,6 +97,8 @@ from coba_verl.trl.server_client import GroupSizeClient
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer", "weight_group_advantages"]
+
+check_trl_api(GRPOTrainer)
 
 
 def weight_group_advantages(advantages: torch.Tensor, budgets: np.ndarray, group_weight: str) -> torch.Tensor:

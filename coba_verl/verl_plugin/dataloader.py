@@ -31,8 +31,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.records.priors import PriorRecords, apply_priors, column_rows, configured_priors
 from coba_verl.records.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
-from coba_verl.records.saved_state import ResumeMismatch, RunIdentity, identify, restore_state, saved_state
-from coba_verl.verl_plugin.preflight import CobaRefusal
+from coba_verl.records.saved_state import RunIdentity, identify, restore_state, saved_state
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -132,22 +132,20 @@ def load_priors(dataset: Any, config: CobaConfig) -> PriorRecords | None:
     def rows(tops: tuple[str, ...]) -> list[dict[str, Any]]:
         frame = getattr(dataset, "dataframe", None)
         if frame is None or not hasattr(frame, "column_names"):
-            raise ValueError(
+            raise CobaRefusal(
                 f"coba.prior_field={config.prior_field!r}: the training dataset "
                 f"{type(dataset).__name__} has no dataframe to read it from; use coba.prior_file."
             )
         return column_rows(frame, tops)
 
-    try:
-        return configured_priors(
-            config.prior_field,
-            config.prior_file,
-            config.prior_weight,
-            rows,
-            lambda: dataset_index_values(dataset),
-        )
-    except (ValueError, FileNotFoundError) as err:
-        raise CobaRefusal(f"coba.prior_*: {err}") from err
+    return configured_priors(
+        config.prior_field,
+        config.prior_file,
+        config.prior_weight,
+        rows,
+        lambda: dataset_index_values(dataset),
+        "coba.",
+    )
 
 
 class CobaDataLoader(StatefulDataLoader):
@@ -189,10 +187,7 @@ class CobaDataLoader(StatefulDataLoader):
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
         priors = load_priors(loader.dataset, config)
         if priors is not None:  # a resume's load_state_dict then replaces the tracker, priors included
-            try:
-                apply_priors(allocator.tracker, prompt_ids, priors)
-            except ValueError as err:
-                raise CobaRefusal(f"coba.prior_*: {err}") from err
+            apply_priors(allocator.tracker, prompt_ids, priors)
         kwargs = loader_arguments(loader)
         logger.info(
             "CoBA-RL dataloader: %d prompts, strategy=%s, B in [%d, %d]",
@@ -230,7 +225,7 @@ class CobaDataLoader(StatefulDataLoader):
         """Restore the ``STATE_KEY`` entry of a data.pt (None: stock veRL's, the tracker starts empty).
 
         Raises:
-            CobaRefusal: (a ValueError) the entry was written for a training set with other
+            ResumeMismatch: (a `CobaRefusal`) the entry was written for a training set with other
                 ``extra_info.index`` values, other prompts under the same values, or another model
                 (`restore_state`).
         """
@@ -240,10 +235,7 @@ class CobaDataLoader(StatefulDataLoader):
                 STATE_KEY,
             )
             return
-        try:
-            extra = restore_state(
-                coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
-            )
-        except ResumeMismatch as mismatch:
-            raise CobaRefusal(str(mismatch)) from None
+        extra = restore_state(
+            coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
+        )
         self.round_rest = extra["round_rest"]

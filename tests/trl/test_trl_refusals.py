@@ -96,3 +96,24 @@ def test_refuses_the_async_grpo_trainers_config_by_name(make_trainer):
     config = AsyncGRPOConfig(output_dir="unused", report_to=[], use_cpu=True, bf16=False)
     with pytest.raises(TypeError, match=r"got AsyncGRPOConfig\. TRL's experimental AsyncGRPOTrainer"):
         make_trainer(CobaGRPOTrainer, config)
+
+
+def test_api_check_names_a_grpo_trainer_method_whose_parameters_changed(monkeypatch):
+    """Checked when coba_verl.trl is imported (`check_trl_api`): an override TRL no longer calls with
+    these parameters would silently never run."""
+    from trl import GRPOTrainer
+
+    from coba_verl.framework_api import FrameworkMismatch
+    from coba_verl.trl.checks import check_trl_api
+
+    check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts: None)
+    with pytest.raises(
+        FrameworkMismatch, match=r"GRPOTrainer._calculate_rewards\(self, inputs, prompts\) differs"
+    ):
+        check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(
+        GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts, completions, ids: None
+    )
+    with pytest.raises(ImportError, match="pip install 'trl==1.16.0'"):  # still an ImportError
+        check_trl_api(GRPOTrainer)

@@ -15,6 +15,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
@@ -246,5 +247,7 @@ def test_a_pass_rate_field_seeds_the_first_allocation_and_survives_resume(
 def test_a_prior_file_for_another_dataset_is_refused(small_config, tiny_tokenizer, tmp_path):
     path = tmp_path / "priors.jsonl"
     path.write_text('{"index": 100000, "pass_rate": 0.5}\n')
-    with pytest.raises(ValueError, match="coba.prior_.*none of the 1 prior records .* another dataset"):
+    with pytest.raises(
+        CobaRefusal, match=r"none of the 1 prior records of file \S*priors.jsonl .* another dataset"
+    ):
         build_trainer(small_config(f"coba.prior_file={path}"), tiny_tokenizer)
