@@ -158,8 +158,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         current = self.samples_generator.last_round
         self.experience_maker.round = current
         status, next_step = super().train_step(rollout_samples, global_step)
-        rollout_ids = current.ids[current.group]  # (N,) tracker id of each sample
-        self.allocator.observe(rollout_ids, self.experience_maker.raw_scores)
+        self.allocator.observe(current.rollout_ids, self.experience_maker.raw_scores)
         status.update(step_metrics(current.allocation, self.allocator.end_step()))
         logger.info(
             "coba step %d: tracker ids %s budgets %s",
