@@ -26,7 +26,6 @@ __all__ = [
     "DEFAULT_ID_KEY",
     "EXTENDED",
     "check_args",
-    "check_group_weight_mode",
     "check_openrlhf_api",
 ]
 
@@ -36,8 +35,10 @@ COBA_FLAG_PREFIX = "--coba."
 DEFAULT_ID_KEY = "prompt_id"
 TESTED_VERSION = "0.11.2"
 #: OpenRLHF 0.11.2's ``--actor.loss_agg_mode`` values by what ``--coba.group_weight equal`` does
-#: under them: exact under ``seq-mean-token-mean`` (each sample's token mean weighs 1 / N); under
-#: ``token-mean`` a group weighs by its mean response length.
+#: under them: exact under ``seq-mean-token-mean`` (every sample weighs 1 / N, so a group's factors
+#: (N / M) / B_g sum to 1 / M of the loss); under ``token-mean`` (the default) a group weighs by its
+#: mean response length, said at INFO. OpenRLHF 0.11.2's parser accepts no other mode; one a later
+#: release adds is refused (`check_aggregation`).
 GROUP_WEIGHT_MODES = AggregationModes(
     setting="--actor.loss_agg_mode",
     exact=("seq-mean-token-mean",),
@@ -145,19 +146,6 @@ def openrlhf_mismatch(problem: str) -> FrameworkMismatch:
     return mismatch("OpenRLHF", "openrlhf", TESTED_VERSION, problem)
 
 
-def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """`coba_verl.core.group_weight.check_aggregation` for OpenRLHF's ``--actor.loss_agg_mode``.
-
-    Exact under ``seq-mean-token-mean`` (every sample weighs 1 / N, so a group's factors
-    (N / M) / B_g sum to 1 / M of the loss); said at INFO under ``token-mean`` (OpenRLHF's default).
-    OpenRLHF 0.11.2's parser accepts no other mode; one a later release adds is refused.
-
-    Raises:
-        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
-    """
-    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
-
-
 def round_size(args: Any) -> int:
     """M, the prompts of one training round: what OpenRLHF draws per generation call."""
     return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
@@ -171,8 +159,8 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             samples); ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist or that the trainer's reader
             (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
-            ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
-            (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
+            ``--actor.loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know (`check_aggregation`); no
+            rollout engine (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
@@ -197,7 +185,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "CoBA already moves budget away from prompts whose groups would carry no signal; drop "
             "--algo.dynamic_filtering_enable."
         )
-    check_group_weight_mode(coba.group_weight, str(args.actor.loss_agg_mode))
+    check_aggregation(coba.group_weight, str(args.actor.loss_agg_mode), GROUP_WEIGHT_MODES)
     if coba.prior_file is not None:  # the trainer's reader, before Ray
         read_prior_file(coba.prior_file, coba.prior_weight, f"{COBA_FLAG_PREFIX}prior_file")
     if not args.vllm.num_engines:

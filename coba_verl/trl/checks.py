@@ -26,7 +26,6 @@ __all__ = [
     "check_args",
     "check_generation",
     "check_trl_api",
-    "check_group_weight_loss_type",
     "prompt_id_map",
     "seed_priors",
 ]
@@ -36,7 +35,8 @@ __all__ = [
 #: ``grpo`` and ``sapo``: each completion's token mean weighs alike. The others (``dapo``, the
 #: default, ``bnpo``, ``dr_grpo``, ``cispo``, ``luspo``) weigh each completion by its token count:
 #: ``equal`` removes the factor B_g, but a group still weighs in proportion to its mean completion
-#: length. Accepted, said at INFO.
+#: length. Accepted, said at INFO. Any other loss type (e.g. ``vespo``, whose weights depend on the
+#: advantage itself) is refused with ``equal`` (`check_aggregation`).
 GROUP_WEIGHT_MODES = AggregationModes(
     setting="loss_type",
     exact=("grpo", "sapo"),
@@ -101,7 +101,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "in it. Use GRPOConfig with CobaGRPOTrainer."
         )
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
-    check_group_weight_loss_type(coba.group_weight, str(args.loss_type))
+    check_aggregation(coba.group_weight, str(args.loss_type), GROUP_WEIGHT_MODES)
     # GRPOConfig.__post_init__ has made generation_batch_size = per_device_train_batch_size *
     # processes * steps_per_generation, a multiple of num_generations (TRL 1.16).
     g, total = int(args.num_generations), int(args.generation_batch_size)
@@ -120,19 +120,6 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "sees it, including the prompt id column CobaGRPOTrainer keys pass rates by. Set "
             "remove_unused_columns=False (GRPOConfig's default)."
         )
-
-
-def check_group_weight_loss_type(group_weight: str, loss_type: str) -> None:
-    """Whether ``coba.group_weight`` works with TRL's ``loss_type`` (`check_aggregation`).
-
-    Exact or said at INFO under `GROUP_WEIGHT_MODES` (TRL's default ``dapo`` is said at INFO); any
-    other loss type (e.g. ``vespo``, whose weights depend on the advantage itself) is refused with
-    ``equal``.
-
-    Raises:
-        ValueError: ``equal`` with a loss type `GROUP_WEIGHT_MODES` does not know, naming it.
-    """
-    check_aggregation(group_weight, loss_type, GROUP_WEIGHT_MODES)
 
 
 def check_generation(rollout_func: Any) -> None:

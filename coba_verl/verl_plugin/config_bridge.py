@@ -45,7 +45,9 @@ COBA_MODES: dict[str, str] = {
 #: rollouts, each scaled by (R / G) / B_g, sum to 1 / G. The others weigh each rollout by its token
 #: count (token-mean: L_r / T; the others L_r up to a constant): ``equal`` removes the factor B_g,
 #: but a group still weighs in proportion to its mean response length, as every group does under
-#: uniform GRPO. Accepted, said at INFO.
+#: uniform GRPO. Accepted, said at INFO (veRL's default ``token-mean`` among them). veRL 0.9.1 has no
+#: other mode (``core_algos.agg_loss`` refuses any other name itself), so `check_aggregation`'s
+#: refusal only meets a later veRL's new mode.
 GROUP_WEIGHT_MODES = AggregationModes(
     setting="actor_rollout_ref.actor.loss_agg_mode",
     exact=("seq-mean-token-mean",),
@@ -123,7 +125,7 @@ def _refusals(config: DictConfig) -> CobaConfig:
             "each prompt and relies on advantages grouped by prompt uid. "
             f"Set algorithm.adv_estimator to one of {SUPPORTED_ADV_ESTIMATORS}."
         )
-    check_group_weight_mode(cfg.group_weight, str(config.actor_rollout_ref.actor.loss_agg_mode))
+    check_aggregation(cfg.group_weight, str(config.actor_rollout_ref.actor.loss_agg_mode), GROUP_WEIGHT_MODES)
     m, n = user_batch(config)
     total = m * n
     low, up = cfg.min_rollouts, cfg.max_rollouts
@@ -135,19 +137,6 @@ def _refusals(config: DictConfig) -> CobaConfig:
         "coba.max_rollouts around it.",
     )  # fmt: skip
     return cfg
-
-
-def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """`coba_verl.core.group_weight.check_aggregation` for veRL's ``actor.loss_agg_mode``.
-
-    Exact or said at INFO under `GROUP_WEIGHT_MODES` (veRL's default ``token-mean`` is said at
-    INFO); veRL 0.9.1 has no other mode (``core_algos.agg_loss`` refuses any other name itself), so
-    the refusal only meets a later veRL's new mode.
-
-    Raises:
-        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
-    """
-    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
 
 
 def user_batch(config: DictConfig) -> tuple[int, int]:

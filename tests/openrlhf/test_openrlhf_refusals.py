@@ -143,7 +143,11 @@ def test_api_check_names_a_changed_method(orl, monkeypatch):
 
 
 def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_else_refused(orl, caplog):
-    from coba_verl.openrlhf.checks import check_group_weight_mode
+    from coba_verl.core.group_weight import check_aggregation
+    from coba_verl.openrlhf.checks import GROUP_WEIGHT_MODES
+
+    def check_group_weight_mode(group_weight, mode):
+        check_aggregation(group_weight, mode, GROUP_WEIGHT_MODES)
 
     with caplog.at_level("INFO", logger="coba_verl.core.group_weight"):
         check_group_weight_mode("equal", "seq-mean-token-mean")
