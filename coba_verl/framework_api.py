@@ -13,7 +13,8 @@ expected and the version to install.
 
 Two of the frameworks declare classes coba-verl extends as Ray actors (veRL's ``TaskRunner``,
 OpenRLHF's ``PPOTrainer``); `actor_python_class` is the one way to reach the Python class behind
-one.
+one. A framework object that coba-verl replaces by its own subclass (veRL's dataloader and replay
+buffer) is rebuilt from its constructor's signature by `constructor_arguments`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from typing import Any
 
 from coba_verl.refusal import CobaRefusal
 
-__all__ = ["FrameworkMismatch", "actor_python_class", "check_api", "installed_version", "mismatch"]
+__all__ = [
+    "FrameworkMismatch",
+    "actor_python_class",
+    "check_api",
+    "constructor_arguments",
+    "installed_version",
+    "mismatch",
+]
 
 #: Added by Ray's tracing hook to the methods of an actor class (OpenRLHF's trainer is one).
 _RAY_TRACE_PARAMETER = "_ray_trace_ctx"
@@ -91,3 +99,28 @@ def actor_python_class(actor: Any) -> type | None:
     """
     found = getattr(actor, "__ray_actor_class__", None)
     return found if isinstance(found, type) else None
+
+
+def constructor_arguments(
+    instance: Any, cls: type, framework: str, distribution: str, tested: str, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Every argument of ``cls``'s constructor but ``skip``, read back from ``instance`` (a ``cls``
+    that keeps each under its own name), to build a subclass of ``cls`` with the same settings.
+
+    The names come from the signature, so a release that adds a parameter is carried over, or
+    refused here when the instance does not keep it under that name: nothing is lost silently.
+
+    Raises:
+        FrameworkMismatch: ``instance`` does not expose a constructor parameter, naming it.
+    """
+    names = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", *skip)]
+    missing = [n for n in names if not hasattr(instance, n)]
+    if missing:
+        raise mismatch(
+            framework,
+            distribution,
+            tested,
+            f"cannot rebuild its {cls.__name__}: it takes {missing} but the {type(instance).__name__} does "
+            "not expose them, so they would be lost",
+        )
+    return {name: getattr(instance, name) for name in names}
