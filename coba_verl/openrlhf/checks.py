@@ -114,6 +114,7 @@ EXTENDED: dict[tuple[str, str | None, str], tuple[str, ...]] = {
         "client_states",
     ),
     ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer", "init_checkpoint_states"): ("self",),
+    ("openrlhf.trainer.ppo_trainer", "PPOTrainer", "get_max_steps"): ("self",),
 }
 
 
@@ -133,7 +134,8 @@ def check_openrlhf_api() -> None:
     expected = {}
     for (module_name, owner, name), params in EXTENDED.items():
         module = importlib.import_module(module_name)
-        expected[(getattr(module, owner) if owner else module, name)] = params
+        found = getattr(module, owner) if owner else module
+        expected[(actor_python_class(found) or found, name)] = params  # an actor class: its Python class
     check_api("OpenRLHF", "openrlhf", TESTED_VERSION, expected)
     if actor_python_class(ppo_trainer.PPOTrainer) is None:
         raise openrlhf_mismatch(

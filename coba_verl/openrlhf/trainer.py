@@ -14,7 +14,9 @@ scores and adds the ``coba/...`` metrics to the step's status, which OpenRLHF lo
 tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's saved state, in the
 format every glue keeps, `coba_verl.records.saved_state`, goes into the actor checkpoint's
 ``client_states`` as bytes) and `init_checkpoint_states` (restores it on
-``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would).
+``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would), and
+`PPOTrainer.get_max_steps` (the driver's first call: it raises a refusal of the constructor, which
+Ray would otherwise report only as the text of an ActorDiedError).
 """
 
 from __future__ import annotations
@@ -120,6 +122,16 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             vllm_engines,
             **generate_kwargs,
         )
+        # Ray reports an error of an actor's constructor as ActorDiedError, the error itself only as
+        # text; a refusal is kept and raised by the driver's first call instead (`get_max_steps`),
+        # whose task error carries it whole to the entry point's one-line report.
+        self.coba_refusal: CobaRefusal | None = None
+        try:
+            self._install_coba(pretrain, strategy, vllm_engines)
+        except CobaRefusal as refusal:
+            self.coba_refusal = refusal
+
+    def _install_coba(self, pretrain: Any, strategy: Any, vllm_engines: Any) -> None:
         coba = strategy.args.coba  # set by coba_verl.openrlhf.train
         self.coba_config = CobaConfig(**coba["config"])
         dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
@@ -153,6 +165,12 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             self.tokenizer,
         )
         self.experience_maker.group_weight = self.coba_config.group_weight
+
+    def get_max_steps(self):
+        """OpenRLHF's, after raising the refusal the constructor kept (the driver calls it first)."""
+        if self.coba_refusal is not None:
+            raise self.coba_refusal
+        return super().get_max_steps()
 
     def train_step(self, rollout_samples, global_step):
         current = self.samples_generator.last_round

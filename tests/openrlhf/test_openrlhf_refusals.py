@@ -232,3 +232,30 @@ def test_api_check_covers_the_parser_function_the_entry_point_stands_in_for(orl,
     monkeypatch.setattr(config, "hierarchize", lambda flat, prefix: flat)
     with pytest.raises(FrameworkMismatch, match=r"openrlhf.utils.config.hierarchize\(flat, prefix\) differs"):
         check_openrlhf_api()
+
+
+def test_a_refusal_of_the_trainer_constructor_is_raised_by_the_drivers_first_call(orl, monkeypatch):
+    """Ray reports an actor constructor's error as ActorDiedError, the error only as text: the trainer
+    keeps the refusal and raises it from `get_max_steps` (train_ppo_ray's first call), whose task error
+    carries it whole to the entry point's one line. An error that is not a refusal still raises."""
+    from coba_verl.openrlhf.trainer import CobaPPOTrainerClass, _UpstreamPPOTrainer
+    from coba_verl.refusal import CobaRefusal
+
+    monkeypatch.setattr(_UpstreamPPOTrainer, "__init__", lambda self, *args, **kwargs: None)
+    refusal = CobaRefusal("--data.prompt_dataset has no column 'prompt_id'")
+
+    def install(self, *args):
+        raise refusal
+
+    monkeypatch.setattr(CobaPPOTrainerClass, "_install_coba", install)
+    built = CobaPPOTrainerClass("model", SimpleNamespace(), None, None, None, None, None)
+    with pytest.raises(CobaRefusal) as raised:
+        built.get_max_steps()
+    assert raised.value is refusal
+
+    def bug(self, *args):
+        raise KeyError("coba")
+
+    monkeypatch.setattr(CobaPPOTrainerClass, "_install_coba", bug)
+    with pytest.raises(KeyError):
+        CobaPPOTrainerClass("model", SimpleNamespace(), None, None, None, None, None)
