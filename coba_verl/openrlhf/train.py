@@ -48,7 +48,7 @@ def parse_coba_flags(argv: list[str]) -> tuple[CobaConfig, str, list[str]]:
 
     Raises:
         SystemExit: an unknown ``--coba.`` flag (argparse's message lists the known ones).
-        ValueError, TypeError: `CobaConfig`'s checks, naming ``coba.<field>``.
+        CobaRefusal: `CobaConfig`'s checks, naming ``coba.<field>``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m coba_verl.openrlhf.train", add_help=False, allow_abbrev=False
@@ -83,7 +83,8 @@ class _StandIns:
     Whether OpenRLHF still goes through them is checked by what it does, not by reading its source:
     a trainer built from arguments that did not pass `hierarchize` is refused before its actor
     starts, and a run that ends without building coba-verl's trainer (OpenRLHF found its trainer
-    elsewhere, so the budgets were never used) is an error (`check_built`).
+    elsewhere, so the budgets were never used) is refused when it ends (`check_built`). Both are a
+    `FrameworkMismatch` naming the OpenRLHF to install.
     """
 
     def __init__(self, coba: CobaConfig, id_key: str, hierarchize: Any, trainer: Any) -> None:
