@@ -246,12 +246,15 @@ class BudgetAllocator:
         return result
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, rollout_ids: Any, scores: Any, lengths: Any = None) -> None:
+    def observe(self, rollout_ids: Any, scores: Any, lengths: Any = None, versions: Any = None) -> None:
         """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value.
 
         ``lengths`` (R,): each rollout's response tokens, for the token budget and the cost metrics.
+        ``versions`` (R,) or one int: the policy version that generated each rollout, where generation
+        runs ahead of the update; F_bar then follows generating versions (`CapabilityTracker`).
+        None: each rollout is of the step that commits it.
         """
-        self.tracker.record_scores(rollout_ids, scores, self.config.success_value)
+        self.tracker.record_scores(rollout_ids, scores, self.config.success_value, versions)
         if lengths is not None:
             self.tracker.record_lengths(rollout_ids, lengths)
         ids = _as_int_array("rollout_ids", rollout_ids)

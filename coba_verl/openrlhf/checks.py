@@ -153,12 +153,47 @@ def round_size(args: Any) -> int:
     return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
 
 
+def async_refusal(async_enable: bool, partial_rollout: bool) -> str:
+    """Why ``--train.async_enable`` and ``--train.partial_rollout_enable`` are refused, naming the ones set.
+
+    OpenRLHF 0.11.2 allows partial rollout only as a mode of async (``cli/train_ppo_ray.py:717-718``):
+    both are refused for async's decisive reason, with partial rollout's own consequence added.
+    """
+    flags = " with ".join(
+        flag
+        for flag, given in (
+            ("--train.async_enable", async_enable),
+            ("--train.partial_rollout_enable", partial_rollout),
+        )
+        if given
+    )
+    partial = (
+        " Partial rollout (a mode of async, cli/train_ppo_ray.py:717-718) pauses vLLM with mode='keep' "
+        "around each weight sync instead of locking (ppo_trainer_async.py:255-265, vllm_engine.py:130-131), "
+        "so a sample's tokens may come from two policy versions."
+        if partial_rollout
+        else ""
+    )
+    return (
+        f"{flags} is not supported with CoBA budgets: OpenRLHF's CLI then runs PPOTrainerAsync "
+        "(cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds OpenRLHF's own SamplesGenerator "
+        "(trainer/ppo_trainer_async.py:58-64), so the budgets would be silently ignored. Beyond that, the "
+        "generator runs up to --train.async_queue_size rounds ahead of training (ppo_trainer_async.py:110, "
+        "229-230, 292-297), while coba-verl's tracker learns a round's pass rates in the trainer's "
+        "train_step, so a round's budgets would be chosen without the previous rounds' scores; and async "
+        "admits over-sampling (--rollout.vllm_generate_batch_size > --rollout.batch_size, "
+        f"cli/train_ppo_ray.py:740-744), which cuts a round's samples into several training chunks.{partial} "
+        "Drop --train.async_enable and --train.partial_rollout_enable."
+    )
+
+
 def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
         ValueError: ``--coba.budget_unit tokens`` (`require_rollout_budget`: a round is M x n
-            samples); ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
+            samples); ``--train.async_enable`` or ``--train.partial_rollout_enable``
+            (`async_refusal`); ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist or that the trainer's reader
             (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
             ``--actor.loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know (`check_aggregation`); no
@@ -166,24 +201,19 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
-    if args.train.async_enable:
+    if args.train.async_enable or args.train.partial_rollout_enable:
         raise CobaRefusal(
-            "--train.async_enable is not supported with CoBA budgets: OpenRLHF's CLI then runs "
-            "PPOTrainerAsync (cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds OpenRLHF's "
-            "own SamplesGenerator (trainer/ppo_trainer_async.py:58), so the budgets would be silently "
-            "ignored; it also generates one round ahead of training or more (--train.async_queue_size), "
-            "so a round's budgets would be chosen before the previous round's pass rates reach the "
-            "tracker, may over-sample prompts (--rollout.vllm_generate_batch_size > "
-            "--rollout.rollout_batch_size) and, with partial rollout, mixes weight versions within a "
-            "sample. Drop --train.async_enable (and --train.partial_rollout_enable)."
+            async_refusal(bool(args.train.async_enable), bool(args.train.partial_rollout_enable))
         )
     if args.algo.dynamic_filtering_enable:
         raise CobaRefusal(
             "--algo.dynamic_filtering_enable is not supported with CoBA budgets: OpenRLHF drops a prompt "
             "whose mean score is not strictly inside --algo.dynamic_filtering_range and dispatches a "
             "replacement prompt with --rollout.n_samples_per_prompt samples, outside the round's "
-            "allocation (samples_generator.py:169-191), and the dropped group's scores never reach the "
-            "tracker; coba-verl's generator does not run that filter loop, so the flag would be ignored. "
+            "allocation (samples_generator.py:168-191); the dropped group's scores never reach the "
+            "tracker; and the training chunk is then cut at --rollout.batch_size x n samples of what was "
+            "kept (samples_generator.py:100, 131-133), which would split groups of B_i samples across "
+            "steps. coba-verl's generator does not run that filter loop, so the flag would be ignored. "
             "CoBA already moves budget away from prompts whose groups would carry no signal; drop "
             "--algo.dynamic_filtering_enable."
         )

@@ -95,10 +95,13 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     if not isinstance(args, GRPOConfig):
         raise CobaTypeRefusal(
             f"CobaGRPOTrainer takes a trl.GRPOConfig, got {type(args).__name__}. TRL's experimental "
-            "AsyncGRPOTrainer (trl/experimental/async_grpo) is not a GRPOTrainer: it generates in a spawned "
-            "process with num_generations completions for every prompt (async_rollout_worker.py:614, 696, "
-            "886) and has no generation round to allocate per-prompt budgets over, so CoBA-RL cannot run "
-            "in it. Use GRPOConfig with CobaGRPOTrainer."
+            "AsyncGRPOTrainer is not a GRPOTrainer (trl/experimental/async_grpo/async_grpo_trainer.py:910) "
+            "and has no generation round to allocate per-prompt budgets over: a spawned rollout process "
+            "(async_rollout_worker.py:1168, 1218) repeats each prompt num_generations times (:886) and "
+            "scores a group once num_generations completions are in (:614, :696), inside one loop "
+            "(_generate_loop, :536) that takes no per-prompt count; the trainer reads a stream of scored "
+            "samples and drops, untrained, those more than max_staleness weight versions old "
+            "(async_grpo_trainer.py:351-371). Use GRPOConfig with CobaGRPOTrainer."
         )
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
     check_aggregation(coba.group_weight, str(args.loss_type), GROUP_WEIGHT_MODES)
@@ -132,7 +135,8 @@ def check_generation(rollout_func: Any) -> None:
         raise CobaRefusal(
             "rollout_func is not supported by CobaGRPOTrainer: TRL makes the rollout function "
             "responsible for num_generations completions per prompt, which per-prompt budgets replace. "
-            "Generate with TRL's built-in transformers or colocated vLLM path instead."
+            "Generate with TRL's built-in generation instead (transformers, or vLLM in server or colocate "
+            "mode)."
         )
 
 

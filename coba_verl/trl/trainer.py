@@ -1,6 +1,6 @@
 """`CobaGRPOTrainer`: TRL's `GRPOTrainer` with a CoBA-RL group size B_i per prompt (spec §1, §7).
 
-Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls TRL's own:
+Tested with TRL 1.16.0. Five methods of TRL's trainer are extended; each calls TRL's own:
 
 ``_generate_and_score_completions``  (train mode) gather the round's rows, collapse TRL's G copies
                                      of each prompt into one, B = allocate(ids, M * G) on the main
@@ -10,6 +10,10 @@ Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls T
                                      (times (R / G) / B_g under ``coba.group_weight=equal``),
                                      the tracker gets one score per completion, and the ``coba/``
                                      metrics go to TRL's log. Evaluation is TRL's, untouched.
+``_generate_single_turn``            TRL's; in vLLM server mode while training, one completion per
+                                     row, asked of the server one group size at a time
+                                     (`GroupSizeClient`). Transformers and colocated vLLM generate
+                                     per row already.
 ``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
 ``_save_checkpoint``                 TRL's, then ``coba_allocator.npz`` in ``checkpoint-<step>/``.
 ``_load_optimizer_and_scheduler``    TRL's, then the allocator, TRL's ``_step`` and the unfinished
@@ -76,6 +80,7 @@ from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.records.rounds import Round, group_index
+from coba_verl.refusal import CobaTypeRefusal
 from coba_verl.trl.checkpoint import load_allocator, run_identity, save_allocator
 from coba_verl.trl.checks import (
     DEFAULT_ID_COLUMN,
@@ -173,7 +178,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         given = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments
         coba = CobaConfig() if coba_config is None else coba_config
         if not isinstance(coba, CobaConfig):
-            raise TypeError(
+            raise CobaTypeRefusal(
                 f"coba_config must be a coba_verl.core.CobaConfig, got {type(coba).__name__}; for a mapping "
                 "use CobaConfig.from_mapping(...)."
             )

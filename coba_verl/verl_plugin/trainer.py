@@ -475,9 +475,10 @@ class CobaBudgets:
     ) -> None:
         """Give ``fate`` to each group's finished sessions in the ledger, and score them into the tracker.
 
-        One score per session (its final output's summed ``rm_scores``) and one length (its response
-        tokens over its outputs). With ``close`` the groups leave the ledger, their unfinished
-        sessions failed.
+        One score per session (its final output's summed ``rm_scores``), one length (its response
+        tokens over its outputs) and the policy version that generated it (its group's, in the
+        ledger), so that F_bar follows generating versions in the async trainers. With ``close`` the
+        groups leave the ledger, their unfinished sessions failed.
 
         Args:
             groups: ``uid -> {session: key of its final output}`` of open groups.
@@ -488,6 +489,7 @@ class CobaBudgets:
         """
         keys = [key for sessions in groups.values() for key in sessions.values()]
         ids = [self.ledger.prompt_of(uid) for uid, sessions in groups.items() for _ in sessions]
+        versions = [self.ledger.groups[uid].version for uid, sessions in groups.items() for _ in sessions]
         lengths = session_tokens(groups, tags)  # (R,) in the order of keys
         position = 0
         for uid, sessions in groups.items():
@@ -497,7 +499,7 @@ class CobaBudgets:
         if keys:
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
             scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths)
+            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths, versions)
 
 
 @register_trainer(COBA_MODES["sync"])

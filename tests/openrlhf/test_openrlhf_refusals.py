@@ -5,6 +5,7 @@ A refused setting stops the launch with one line naming the flag, exit status 2,
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,11 +31,29 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
 @pytest.mark.parametrize(
     ("extra", "flag", "why"),
     [
-        (["--train.async_enable"], "--train.async_enable", "builds OpenRLHF's own SamplesGenerator"),
+        (  # the decisive reason, with OpenRLHF 0.11.2's lines
+            ["--train.async_enable"],
+            "--train.async_enable is not supported",
+            "runs PPOTrainerAsync (cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds "
+            "OpenRLHF's own SamplesGenerator (trainer/ppo_trainer_async.py:58-64), so the budgets would be "
+            "silently ignored",
+        ),
+        (
+            ["--train.async_enable", "--train.partial_rollout_enable"],
+            "--train.async_enable with --train.partial_rollout_enable is not supported",
+            "(ppo_trainer_async.py:255-265, vllm_engine.py:130-131), so a sample's tokens may come from two "
+            "policy versions",
+        ),
+        (  # refused before OpenRLHF's own assert that it needs async
+            ["--train.partial_rollout_enable"],
+            "--train.partial_rollout_enable is not supported",
+            "Partial rollout (a mode of async, cli/train_ppo_ray.py:717-718)",
+        ),
         (
             ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1"],
             "--algo.dynamic_filtering_enable",
-            "outside the round's allocation",
+            "outside the round's allocation (samples_generator.py:168-191); the dropped group's scores never "
+            "reach the tracker",
         ),
         (["--vllm.num_engines", "0"], "--vllm.num_engines=0", "Set --vllm.num_engines 1 or more"),
         (["--coba.max_rollouts", "3"], "--coba.max_rollouts=3", "mean budget per prompt"),
@@ -259,3 +278,45 @@ def test_a_refusal_of_the_trainer_constructor_is_raised_by_the_drivers_first_cal
     monkeypatch.setattr(CobaPPOTrainerClass, "_install_coba", bug)
     with pytest.raises(KeyError):
         CobaPPOTrainerClass("model", SimpleNamespace(), None, None, None, None, None)
+
+
+#: The OpenRLHF 0.11.2 lines the async, partial-rollout and dynamic-filtering refusals cite (in their
+#: messages and in docs/openrlhf.md), each with text that must be there.
+CITED = [
+    (
+        "cli/train_ppo_ray.py",
+        145,
+        146,
+        "from openrlhf.trainer.ppo_trainer_async import PPOTrainerAsync as PPOTrainer",
+    ),
+    ("trainer/ppo_trainer_async.py", 58, 64, "self.samples_generator = SamplesGenerator("),
+    ("trainer/ppo_trainer_async.py", 110, 110, "global_step = self.rollout_slots.get(block=True)"),
+    ("trainer/ppo_trainer_async.py", 229, 230, "self.rollout_slots.put(global_step, block=True)"),
+    ("trainer/ppo_trainer_async.py", 292, 297, "self.rollout_slots = Queue(maxsize=queue_size)"),
+    (
+        "trainer/ppo_trainer_async.py",
+        255,
+        265,
+        'batch_vllm_engine_call(self.vllm_engines, "pause_generation")',
+    ),
+    ("trainer/ray/vllm_engine.py", 130, 131, 'await self.llm.pause_generation(mode="keep")'),
+    ("cli/train_ppo_ray.py", 717, 718, "--train.partial_rollout_enable requires --train.async_enable"),
+    ("cli/train_ppo_ray.py", 740, 744, "--rollout.vllm_generate_batch_size > --rollout.batch_size requires"),
+    ("trainer/ppo_utils/samples_generator.py", 168, 191, "# Dispatch replacement for filtered prompt."),
+    ("trainer/ppo_utils/samples_generator.py", 100, 100, "chunk_size = self.args.rollout.batch_size *"),
+    (
+        "trainer/ppo_utils/samples_generator.py",
+        131,
+        133,
+        "rollout_samples = self._sample_buffer[:chunk_size]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "first", "last", "text"), CITED, ids=[f"{c[0]}:{c[1]}" for c in CITED])
+def test_the_refusals_cite_openrlhf_0_11_2_where_it_does_what_they_say(path, first, last, text):
+    site = Path(__file__).resolve().parents[2] / ".openrlhf-site"
+    if not (site / "openrlhf-0.11.2.dist-info").is_dir():
+        pytest.skip("OpenRLHF 0.11.2 is not installed in .openrlhf-site")
+    lines = (site / "openrlhf" / path).read_text(encoding="utf-8").splitlines()[first - 1 : last]
+    assert text in "\n".join(lines)
