@@ -196,7 +196,8 @@ def fake_cli(monkeypatch, *, parse: bool, build: bool) -> list:
         import openrlhf.trainer.ppo_trainer as ppo_trainer
         import openrlhf.utils.config as config
 
-        flat = argparse.Namespace(**{"train.async_enable": False, "algo.dynamic_filtering_enable": False})
+        flat = argparse.Namespace(**{"train.async_enable": False, "train.partial_rollout_enable": False})
+        flat.__dict__["algo.dynamic_filtering_enable"] = False
         flat.__dict__.update({"actor.loss_agg_mode": "seq-mean-token-mean", "vllm.num_engines": 1})
         flat.__dict__.update({"rollout.n_samples_per_prompt": 4, "rollout.batch_size": 4})
         flat.__dict__["rollout.vllm_generate_batch_size"] = None
