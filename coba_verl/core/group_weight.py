@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coba_verl.refusal import CobaRefusal
+
 __all__ = ["GROUP_WEIGHTS", "AggregationModes", "check_aggregation", "check_group_weight", "rollout_weights"]
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ GROUP_WEIGHTS: tuple[str, ...] = ("tokens", "equal")
 def check_group_weight(value: object, name: str = "coba.group_weight") -> str:
     """``value`` if it is one of `GROUP_WEIGHTS`, else ValueError naming it and the choices."""
     if value not in GROUP_WEIGHTS:
-        raise ValueError(f"{name}={value!r} is unknown; choose one of {GROUP_WEIGHTS}.")
+        raise CobaRefusal(f"{name}={value!r} is unknown; choose one of {GROUP_WEIGHTS}.")
     return str(value)
 
 
@@ -129,7 +131,7 @@ def check_aggregation(group_weight: str, mode: str, modes: AggregationModes) -> 
             key, group_weight, setting, mode, setting, exact[0],
         )  # fmt: skip
         return
-    raise ValueError(
+    raise CobaRefusal(
         f"{key}={group_weight!r} is not supported with {setting}={mode!r}: coba-verl knows how per-group "
         f"advantage factors weigh groups only under {exact + by_length}. Set {setting} to one of those "
         f"({exact[0]!r} is exact), or {key}='tokens'."

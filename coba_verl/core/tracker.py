@@ -16,6 +16,7 @@ import numpy as np
 
 from coba_verl.core.capability import capability_shape, psi
 from coba_verl.core.config import CobaConfig, check_kappa, invalid_pass_rates
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def scores_to_successes(scores: Any, success_value: float = 1.0) -> np.ndarray:
     bad = ~np.isfinite(s)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"score at position {first} is {s[first]}: rewards must be finite.")
+        raise CobaRefusal(f"score at position {first} is {s[first]}: rewards must be finite.")
     return (s == success_value).astype(np.int64)
 
 

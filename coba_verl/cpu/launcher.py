@@ -19,6 +19,7 @@ import os
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.cpu import PLATFORM_NAME
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def standalone_rollout_slots(config: DictConfig) -> int:
     set to ``ray_object_store``, the one engine that runs on CPU (`coba_verl.cpu.checkpoint_engine`).
 
     Raises:
-        ValueError: another engine (veRL's need accelerators), or a pool without a slot.
+        CobaRefusal: another engine (veRL's need accelerators), or a pool without a slot.
     """
     from coba_verl.cpu.checkpoint_engine import BACKEND
 
@@ -114,13 +115,13 @@ def standalone_rollout_slots(config: DictConfig) -> int:
             rollout.checkpoint_engine.backend = BACKEND
         logger.info("CPU backend: separate_async sends weights with checkpoint_engine.backend=%s", BACKEND)
     elif backend != BACKEND:
-        raise ValueError(
+        raise CobaRefusal(
             f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend} cannot run on the CPU backend; "
             f"separate_async there needs checkpoint_engine.backend={BACKEND} (the default on CPU)."
         )
     slots = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
     if slots < 1:
-        raise ValueError(
+        raise CobaRefusal(
             f"actor_rollout_ref.rollout.nnodes={rollout.nnodes} x n_gpus_per_node={rollout.n_gpus_per_node}: "
             "separate_async needs a standalone rollout pool of at least one slot (one hf server each), "
             "e.g. actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node=1."
@@ -132,12 +133,12 @@ def prepare_cpu_run(config: DictConfig) -> None:
     """Refuse an accidental CPU run on a GPU machine, then set platform, plugins and Ray counts.
 
     Raises:
-        RuntimeError: CUDA is available and ``coba_cpu.allow_with_cuda`` is false.
-        ValueError: a setting of the ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
+        CobaRefusal: CUDA is available and ``coba_cpu.allow_with_cuda`` is false; a setting of the
+            ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
             ``separate_async`` with another checkpoint engine or no rollout slot (`standalone_rollout_slots`).
     """
     if _cuda_present() and not config.coba_cpu.allow_with_cuda:
-        raise RuntimeError(
+        raise CobaRefusal(
             "coba_cpu.enable=true (the CPU backend) was selected on a machine where torch sees CUDA. "
             "Drop +coba_cpu=cpu to train on the GPU, or set coba_cpu.allow_with_cuda=true to run on CPU "
             "anyway."
@@ -150,7 +151,7 @@ def prepare_cpu_run(config: DictConfig) -> None:
     for key, value in expected.items():
         got = OmegaConf.select(config, key)
         if got != value:
-            raise ValueError(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
+            raise CobaRefusal(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
     rollout_slots = standalone_rollout_slots(config)
 
     env = cpu_environment()

@@ -28,6 +28,8 @@ from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from coba_verl.framework_api import actor_python_class
+
 
 def init_gloo_process_group() -> None:
     """``init_process_group("gloo")`` from the RANK / WORLD_SIZE / MASTER_* that veRL gives each worker."""
@@ -91,6 +93,6 @@ def use_gloo_workers(role_worker_mapping: dict) -> None:
     """Replace every ``ActorRolloutRefWorker`` and ``DetachActorWorker`` in veRL's role -> Ray actor
     class map, in place."""
     for role, actor_cls in list(role_worker_mapping.items()):
-        gloo = GLOO_WORKERS.get(getattr(actor_cls, "__ray_actor_class__", None))
+        gloo = GLOO_WORKERS.get(actor_python_class(actor_cls))
         if gloo is not None:
             role_worker_mapping[role] = ray.remote(gloo)

@@ -53,7 +53,6 @@ One step, M = 3 prompts, rollout.n = 4::
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections import Counter
@@ -77,6 +76,7 @@ from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.cpu.workers import GlooWorkers
+from coba_verl.framework_api import check_api
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
 from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
@@ -116,24 +116,10 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
     engine, or the tracker would stop learning, with no error.
 
     Raises:
-        ImportError: naming the method, the signature found and the one expected.
+        FrameworkMismatch: (`coba_verl.framework_api.check_api`) naming the method, the signature
+            found and the one expected.
     """
-    import verl
-
-    fix = (
-        "(tested with veRL 0.9.1). Install a veRL version that coba-verl supports: pip install 'verl==0.9.1'."
-    )
-    for name, expected in EXTENDED_METHODS.items():
-        method = getattr(base, name, None)
-        if method is None:
-            raise ImportError(
-                f"veRL {verl.__version__}: {base.__name__}.{name} does not exist; coba-verl extends it {fix}"
-            )
-        if tuple(inspect.signature(method).parameters) != expected:
-            raise ImportError(
-                f"veRL {verl.__version__}: {base.__name__}.{name}{inspect.signature(method)} differs from "
-                f"the ({', '.join(expected)}) that coba-verl extends {fix}"
-            )
+    check_api("veRL", "verl", "0.9.1", {(base, name): params for name, params in EXTENDED_METHODS.items()})
 
 
 check_verl_api(PPOTrainerSync)

@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from coba_verl.cpu import launcher
+from coba_verl.refusal import CobaRefusal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def test_cpu_group_is_found_by_the_coba_trainer_config():
 
 def test_cpu_backend_is_refused_where_cuda_is_present_unless_asked_for(monkeypatch):
     monkeypatch.setattr(launcher, "_cuda_present", lambda: True)
-    with pytest.raises(RuntimeError, match="torch sees CUDA.*coba_cpu.allow_with_cuda=true"):
+    with pytest.raises(CobaRefusal, match="torch sees CUDA.*coba_cpu.allow_with_cuda=true"):
         launcher.prepare_cpu_run(tiny_config())
 
 

@@ -162,7 +162,11 @@ def test_api_check_names_a_changed_method(orl, monkeypatch):
 
 
 def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_else_refused(orl, caplog):
-    from coba_verl.openrlhf.checks import check_group_weight_mode
+    from coba_verl.core.group_weight import check_aggregation
+    from coba_verl.openrlhf.checks import GROUP_WEIGHT_MODES
+
+    def check_group_weight_mode(group_weight, mode):
+        check_aggregation(group_weight, mode, GROUP_WEIGHT_MODES)
 
     with caplog.at_level("INFO", logger="coba_verl.core.group_weight"):
         check_group_weight_mode("equal", "seq-mean-token-mean")
@@ -173,6 +177,108 @@ def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_els
     check_group_weight_mode("tokens", "seq-mean-token-sum")  # tokens changes nothing: any mode
     with pytest.raises(ValueError, match="loss_agg_mode='seq-mean-token-sum'"):
         check_group_weight_mode("equal", "seq-mean-token-sum")
+
+
+def fake_cli(monkeypatch, *, parse: bool, build: bool) -> list:
+    """``runpy.run_module`` replaced by a CLI that does what OpenRLHF's train_ppo_ray does with the
+    two names the entry point stands in for: parse through ``hierarchize`` (``parse``) and build the
+    trainer from ``openrlhf.trainer.ppo_trainer.PPOTrainer`` (``build``), or not. Returns the
+    trainers built, recorded instead of starting a Ray actor."""
+    import argparse
+    import runpy
+
+    import coba_verl.openrlhf.trainer as coba_trainer
+
+    built: list = []
+    monkeypatch.setattr(coba_trainer.CobaPPOTrainer, "remote", lambda *a, **k: built.append(a) or "actor")
+
+    def train_ppo_ray(*args, **kwargs):
+        import openrlhf.trainer.ppo_trainer as ppo_trainer
+        import openrlhf.utils.config as config
+
+        flat = argparse.Namespace(**{"train.async_enable": False, "train.partial_rollout_enable": False})
+        flat.__dict__["algo.dynamic_filtering_enable"] = False
+        flat.__dict__.update({"actor.loss_agg_mode": "seq-mean-token-mean", "vllm.num_engines": 1})
+        flat.__dict__.update({"rollout.n_samples_per_prompt": 4, "rollout.batch_size": 4})
+        flat.__dict__["rollout.vllm_generate_batch_size"] = None
+        args = config.hierarchize(flat) if parse else SimpleNamespace()
+        if build:
+            assert ppo_trainer.PPOTrainer.remote("model", SimpleNamespace(args=args)) == "actor"
+
+    monkeypatch.setattr(runpy, "run_module", train_ppo_ray)
+    return built
+
+
+def test_the_cli_runs_with_coba_checks_and_trainer_in_place_then_gets_its_own_back(orl, monkeypatch):
+    import openrlhf.trainer.ppo_trainer as ppo_trainer
+    import openrlhf.utils.config as config
+
+    from coba_verl.openrlhf.train import main
+
+    upstream = config.hierarchize, ppo_trainer.PPOTrainer
+    built = fake_cli(monkeypatch, parse=True, build=True)
+    main(["--coba.strategy", "uniform"])
+    ((pretrain, strategy),) = built
+    assert pretrain == "model" and strategy.args.coba["config"]["strategy"] == "uniform"
+    assert (config.hierarchize, ppo_trainer.PPOTrainer) == upstream
+
+
+@pytest.mark.parametrize(
+    ("parse", "why"),
+    [(True, "never used"), (False, "did not pass openrlhf.utils.config.hierarchize")],
+)
+def test_a_cli_that_goes_around_the_stand_ins_is_refused_not_silently_trained(
+    orl, monkeypatch, capsys, parse, why
+):
+    """Checked by what OpenRLHF's CLI does, not by reading its source: a trainer built from arguments
+    that skipped the coba checks, or a run that never built coba-verl's trainer (the budgets would
+    not be used), is one ``coba-verl:`` line naming OpenRLHF's version, exit 2."""
+    from coba_verl.openrlhf.train import main
+
+    built = fake_cli(monkeypatch, parse=parse, build=not parse)
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2 and not built
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("coba-verl: OpenRLHF") and why in line and "pip install 'openrlhf==0.11.2'" in line
+
+
+def test_api_check_covers_the_parser_function_the_entry_point_stands_in_for(orl, monkeypatch):
+    import openrlhf.utils.config as config
+
+    from coba_verl.framework_api import FrameworkMismatch
+    from coba_verl.openrlhf.checks import check_openrlhf_api
+
+    monkeypatch.setattr(config, "hierarchize", lambda flat, prefix: flat)
+    with pytest.raises(FrameworkMismatch, match=r"openrlhf.utils.config.hierarchize\(flat, prefix\) differs"):
+        check_openrlhf_api()
+
+
+def test_a_refusal_of_the_trainer_constructor_is_raised_by_the_drivers_first_call(orl, monkeypatch):
+    """Ray reports an actor constructor's error as ActorDiedError, the error only as text: the trainer
+    keeps the refusal and raises it from `get_max_steps` (train_ppo_ray's first call), whose task error
+    carries it whole to the entry point's one line. An error that is not a refusal still raises."""
+    from coba_verl.openrlhf.trainer import CobaPPOTrainerClass, _UpstreamPPOTrainer
+    from coba_verl.refusal import CobaRefusal
+
+    monkeypatch.setattr(_UpstreamPPOTrainer, "__init__", lambda self, *args, **kwargs: None)
+    refusal = CobaRefusal("--data.prompt_dataset has no column 'prompt_id'")
+
+    def install(self, *args):
+        raise refusal
+
+    monkeypatch.setattr(CobaPPOTrainerClass, "_install_coba", install)
+    built = CobaPPOTrainerClass("model", SimpleNamespace(), None, None, None, None, None)
+    with pytest.raises(CobaRefusal) as raised:
+        built.get_max_steps()
+    assert raised.value is refusal
+
+    def bug(self, *args):
+        raise KeyError("coba")
+
+    monkeypatch.setattr(CobaPPOTrainerClass, "_install_coba", bug)
+    with pytest.raises(KeyError):
+        CobaPPOTrainerClass("model", SimpleNamespace(), None, None, None, None, None)
 
 
 #: The OpenRLHF 0.11.2 lines the async, partial-rollout and dynamic-filtering refusals cite (in their

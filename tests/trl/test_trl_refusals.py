@@ -140,3 +140,24 @@ def test_the_async_refusal_cites_trl_1_16_where_it_does_what_it_says(path, first
     assert trl.__version__.startswith("1.16.")
     source = Path(async_grpo.__file__).with_name(path).read_text(encoding="utf-8").splitlines()
     assert text in "\n".join(source[first - 1 : last])
+
+
+def test_api_check_names_a_grpo_trainer_method_whose_parameters_changed(monkeypatch):
+    """Checked when coba_verl.trl is imported (`check_trl_api`): an override TRL no longer calls with
+    these parameters would silently never run."""
+    from trl import GRPOTrainer
+
+    from coba_verl.framework_api import FrameworkMismatch
+    from coba_verl.trl.checks import check_trl_api
+
+    check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts: None)
+    with pytest.raises(
+        FrameworkMismatch, match=r"GRPOTrainer._calculate_rewards\(self, inputs, prompts\) differs"
+    ):
+        check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(
+        GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts, completions, ids: None
+    )
+    with pytest.raises(ImportError, match="pip install 'trl==1.16.0'"):  # still an ImportError
+        check_trl_api(GRPOTrainer)
