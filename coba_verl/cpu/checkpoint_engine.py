@@ -35,6 +35,8 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from coba_verl.refusal import CobaTypeRefusal
+
 #: the backend name veRL's config selects it by
 BACKEND = "ray_object_store"
 #: the named Ray actor through which each sync's object reference reaches the rollout workers
@@ -97,7 +99,10 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
 
     def __init__(self, bucket_size: int, is_master: bool = False, **kwargs: Any) -> None:
         if kwargs:
-            raise TypeError(f"the {BACKEND} checkpoint engine takes no engine_kwargs, got {sorted(kwargs)}")
+            raise CobaTypeRefusal(
+                f"actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.{BACKEND}={sorted(kwargs)}: the "
+                f"{BACKEND} checkpoint engine takes none."
+            )
         self.bucket_size = bucket_size
         self.is_master = is_master
         self.token: str | None = None

@@ -101,7 +101,10 @@ def test_a_receiver_without_the_masters_token_is_an_error_not_a_hang():
         asyncio.run(receive())
     with pytest.raises(RuntimeError, match="is not the master's"):
         ObjectStoreCheckpointEngine.build_topology(1, 1, [{}, {}])
-    with pytest.raises(TypeError, match="takes no engine_kwargs"):
+    with pytest.raises(
+        TypeError,
+        match=r"engine_kwargs.ray_object_store=\['rebuild_group'\]: the ray_object_store .* takes none",
+    ):
         ObjectStoreCheckpointEngine(1 << 20, is_master=True, rebuild_group=True)
 
 
