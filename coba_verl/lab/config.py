@@ -14,38 +14,47 @@ from coba_verl.core.solvers import check_budget
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
 
-#: The one run-label option after ``+``: the run's tracker starts from pass-rate priors.
+#: Run-label options after ``+``: ``prior``, the run's tracker starts from pass-rate priors;
+#: ``token_budget``, the run's budget counts tokens (``coba.budget_unit=tokens``).
 PRIOR_OPTION = "prior"
+TOKEN_BUDGET_OPTION = "token_budget"
+RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: a strategy, optionally a group weight and priors, at a budget scale.
+    """One training run: a strategy, optionally a group weight, priors and a token budget, at a
+    budget scale.
 
     ``coba@0.5`` = half the rollouts per step; ``coba:tokens`` = ``coba.group_weight=tokens`` for
     this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
     ``coba+prior`` = the tracker starts from pass rates measured on the warm start
-    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`).
+    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`);
+    ``coba+token_budget`` = ``coba.budget_unit=tokens`` for this run only: sum_i B_i L_i is at most
+    what n rollouts each would cost (`coba_verl.core.token_budget`).
     """
 
     strategy: str
     budget_scale: float = 1.0
     group_weight: str | None = None
     prior: bool = False
+    budget_unit: str | None = None
 
     @property
     def label(self) -> str:
         name = self.strategy if self.group_weight is None else f"{self.strategy}:{self.group_weight}"
         name = f"{name}+{PRIOR_OPTION}" if self.prior else name
+        name = f"{name}+{TOKEN_BUDGET_OPTION}" if self.budget_unit == "tokens" else name
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
 def parse_run_label(label: str) -> RunSpec:
-    """``STRATEGY[:GROUP_WEIGHT][+prior][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
+    """``STRATEGY[:GROUP_WEIGHT][+prior][+token_budget][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
     ``"coba@0.5"`` -> RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal");
-    ``"coba+prior"`` -> RunSpec("coba", prior=True).
+    ``"coba+prior"`` -> RunSpec("coba", prior=True); ``"coba+token_budget"`` ->
+    RunSpec("coba", budget_unit="tokens").
 
-    The strategy, the group weight, the option and the scale are checked apart, so the message
+    The strategy, the group weight, the options and the scale are checked apart, so the message
     names the part that is wrong.
 
     Raises:
@@ -53,13 +62,15 @@ def parse_run_label(label: str) -> RunSpec:
             scale when it is not a number in (0, 1].
     """
     head, at, raw = (x.strip() for x in label.strip().partition("@"))
-    head, plus, option = (x.strip() for x in head.partition("+"))
-    if plus and option != PRIOR_OPTION:
-        raise ValueError(
-            f"run option {option!r} in {label!r} is unknown; the one option is '+{PRIOR_OPTION}' "
-            f"(e.g. '{head}+{PRIOR_OPTION}')."
-        )
-    prior = bool(plus)
+    head, *options = (x.strip() for x in head.split("+"))
+    for option in options:
+        if option not in RUN_OPTIONS:
+            raise ValueError(
+                f"run option {option!r} in {label!r} is unknown; the options are "
+                f"{', '.join('+' + o for o in RUN_OPTIONS)} (e.g. '{head}+{PRIOR_OPTION}')."
+            )
+    prior = PRIOR_OPTION in options
+    budget_unit = "tokens" if TOKEN_BUDGET_OPTION in options else None
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
@@ -76,7 +87,7 @@ def parse_run_label(label: str) -> RunSpec:
             )
         group_weight = weight
     if not at:
-        return RunSpec(strategy, group_weight=group_weight, prior=prior)
+        return RunSpec(strategy, group_weight=group_weight, prior=prior, budget_unit=budget_unit)
     try:
         scale = float(raw)
     except ValueError:
@@ -86,7 +97,7 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale, group_weight, prior)
+    return RunSpec(strategy, scale, group_weight, prior, budget_unit)
 
 
 @dataclass
@@ -145,6 +156,13 @@ class LabConfig:
             ``+prior`` runs; each prompt's record is (successes, k), one appearance of its window
             (`coba_verl.records.priors`). These n_train * k samples are not counted in a run's
             rollouts; the results record them as ``prior_rollouts``.
+        dapo: DAPO dynamic sampling, as this package's veRL sync trainer does it
+            (`coba_verl.lab.dapo`): a group whose rewards are all equal is evicted and refilled
+            from the prompt stream until the update holds exactly M x n rollouts with a reward
+            spread (one group cut to the remainder); every generated rollout reaches the tracker.
+        dapo_max_gen_batches: Under ``dapo``, at most this many x M prompts generated for one update
+            (the DAPO recipe's ``max_num_gen_batches``); past it the update trains what is ready and
+            the row records the ``shortfall``.
     """
 
     scenario: str = "hard"
@@ -179,6 +197,8 @@ class LabConfig:
     threads: int = 1
     snapshot_steps: int = 4
     prior_samples: int = 8
+    dapo: bool = False
+    dapo_max_gen_batches: int = 10
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -193,7 +213,7 @@ class LabConfig:
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
             "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
-            "snapshot_steps", "updates_per_step", "prior_samples",
+            "snapshot_steps", "updates_per_step", "prior_samples", "dapo_max_gen_batches",
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
@@ -234,6 +254,13 @@ class LabConfig:
             kinds = {k: type(v).__name__ for k, v in self.coba.items()}
             raise ValueError(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
+            unit = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit).budget_unit
+            if self.dapo and unit == "tokens":
+                raise ValueError(
+                    f"run {spec.label!r}: a token budget (coba.budget_unit=tokens) with dapo=true: DAPO "
+                    "trains exactly M x n rollouts a step, while under a token budget the rollouts of a "
+                    "round vary (veRL's DAPO path refuses it too). Drop '+token_budget' or dapo."
+                )
             check_budget(
                 self.prompts_per_step, self.budget(spec), cfg.min_rollouts, cfg.max_rollouts,
                 total_name=f"run {spec.label!r}: rollouts per step", low_name="min_rollouts",
@@ -269,10 +296,14 @@ class LabConfig:
         """Rollouts per step of a run: round(M * n * scale)."""
         return int(round(self.prompts_per_step * self.rollouts_per_prompt * spec.budget_scale))
 
-    def coba_config(self, strategy: str, group_weight: str | None = None) -> CobaConfig:
+    def coba_config(
+        self, strategy: str, group_weight: str | None = None, budget_unit: str | None = None
+    ) -> CobaConfig:
         """The allocator config of one run: ``coba`` overrides plus its strategy (and its group
-        weight, when its label sets one)."""
+        weight and budget unit, when its label sets them)."""
         own = {} if group_weight is None else {"group_weight": group_weight}
+        if budget_unit is not None:
+            own["budget_unit"] = budget_unit
         return CobaConfig.from_mapping({**self.coba, **own, "strategy": strategy})
 
     def to_dict(self) -> dict[str, Any]:
