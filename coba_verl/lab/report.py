@@ -54,6 +54,8 @@ response token, <eos> included):
     gen rollouts/step            rollouts generated per step (more than trained under DAPO)
     gen tokens/step              response tokens generated per step
     gen/trained                  rollouts generated per rollout trained
+    gen rollouts (tokens) vs uniform  the run's generated rollouts (tokens) over uniform's of the
+                                 same seed, in the same number of steps
     waves/step, rounds/step      generation waves (DAPO: the first submission and its refills) and
                                  allocator rounds of M prompts drawn, per step
     rollouts (tokens) to target  generated rollouts (tokens) until held-out accuracy first reaches
@@ -228,7 +230,8 @@ def _compute(
     ``d_auc_{u}`` = the paired difference of mean accuracy over [0, X_s], X_s the smaller of the two
     runs' total generated compute of seed s (`_auc_until`), so both are compared on the same range.
     Also: generated rollouts and tokens per step, generated rollouts per trained rollout, generation
-    waves (submissions) and allocator rounds per step.
+    waves (submissions) and allocator rounds per step, and ``gen_{u}_ratio``: the run's total
+    generated rollouts (tokens) over the reference's, paired by seed (runs of equal steps).
     """
     seeds = sorted(by_seed)
     every = [r for s in seeds for r in by_seed[s]]
@@ -246,6 +249,14 @@ def _compute(
     out["rounds_per_step"] = per_step("rounds")
     paired = [s for s in seeds if ref_by_seed.get(s)]
     for key, unit in COMPUTE_UNITS:
+        ratios = [
+            by_seed[s][-1][key] / ref_by_seed[s][-1][key]
+            for s in paired
+            if key in by_seed[s][-1]
+            and ref_by_seed[s][-1].get(key)
+            and len(by_seed[s]) == len(ref_by_seed[s])
+        ]
+        out[f"gen_{unit}_ratio"] = t_interval(ratios)
         reach, ratio, d_auc = [], [], []
         for s in paired:
             ref_curve = _curve(ref_by_seed[s], start.get(s))
@@ -356,7 +367,8 @@ def _reach(s: dict[str, Any], unit: str) -> str:
 def format_compute(summary: list[dict[str, Any]], reference: str = "uniform") -> str:
     """The compute table as Markdown: generation per step and compute to the reference's final."""
     head = (
-        f"| run | gen rollouts/step | gen tokens/step | gen/trained | waves/step | rounds/step "
+        f"| run | gen rollouts/step | gen tokens/step | gen/trained | gen rollouts vs {reference} "
+        f"| gen tokens vs {reference} | waves/step | rounds/step "
         f"| rollouts to {reference}'s final | ratio | tokens to {reference}'s final | ratio "
         f"| Δ AUC rollouts | Δ AUC tokens |"
     )
@@ -366,7 +378,9 @@ def format_compute(summary: list[dict[str, Any]], reference: str = "uniform") ->
             continue
         lines.append(
             f"| {s['run']} | {s['gen_rollouts_per_step']:,.1f} | {s['gen_tokens_per_step']:,.0f} "
-            f"| {s['gen_per_trained']:.2f} | {s['submissions_per_step']:.2f} | {s['rounds_per_step']:.2f} "
+            f"| {s['gen_per_trained']:.2f} | {_ci(s['gen_rollouts_ratio'], '.3f')} "
+            f"| {_ci(s['gen_tokens_ratio'], '.3f')} | {s['submissions_per_step']:.2f} "
+            f"| {s['rounds_per_step']:.2f} "
             f"| {_reach(s, 'rollouts')} | {_ci(s['rollouts_to_target_ratio'], '.2f')} "
             f"| {_reach(s, 'tokens')} | {_ci(s['tokens_to_target_ratio'], '.2f')} "
             f"| {_ci(s['d_auc_rollouts'], signed=True)} | {_ci(s['d_auc_tokens'], signed=True)} |"

@@ -75,6 +75,7 @@ def test_summary_gives_generated_compute_to_uniforms_final_with_not_reached() ->
     assert shifted["rollouts_to_target_reached"] == 1 and shifted["rollouts_to_target"][0] == 30  # seed 0
     assert math.isnan(shifted["rollouts_to_target"][1])  # one seed reached it: no interval
     assert fast["gen_per_trained"] == 1.0 and u["gen_per_trained"] == 2.0
+    assert fast["gen_rollouts_ratio"] == (0.5, 0.0) and slow["gen_tokens_ratio"] == (3.0, 0.0)
     text = format_compute(list(by.values()))
     assert "not reached (0/2)" in text and "(1/2)" in text
     assert "Compute:" in format_summary(list(by.values()), regime(_folder()))
