@@ -343,6 +343,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 # epoch-1 training pass rates 32 % / 61 % / 7 % at 0 / between / 1, F̄ from 0.66.
 SCENARIOS["short"] = {**SCENARIOS["paper"], "n_train": 960, "steps": 60, "eval_every": 15}
 
+# DAPO dynamic sampling on `short`: every update trains M x n = 512 rollouts with a reward spread,
+# generated in as many waves as it takes (`coba_verl.lab.dapo`). Chosen from uniform runs only, by
+# the rule written before them (docs/lab/dapo_design.md, candidate D1): seeds 0-1, held-out
+# 0.408 -> 0.596 and 0.240 -> 0.281, uniform generating 2.13 and 2.01 rollouts per trained one,
+# the generation cap never reached.
+SCENARIOS["dapo"] = {**SCENARIOS["short"], "dapo": True}
+
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").
 SCENARIOS["paper_gpu"] = {
