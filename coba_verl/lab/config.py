@@ -350,6 +350,26 @@ SCENARIOS["short"] = {**SCENARIOS["paper"], "n_train": 960, "steps": 60, "eval_e
 # the generation cap never reached.
 SCENARIOS["dapo"] = {**SCENARIOS["short"], "dapo": True}
 
+# Answers that grow with difficulty: worked multiplications `3x2` ... `3x7` (a three-digit number
+# times 2-7 written out as repeated addition, 11-57 characters, scored on the final number), all in
+# the warm start, which teaches the format. Chosen from uniform runs only, by the rule written
+# before them (docs/lab/worked_design.md, candidate W3): seeds 0-1, held-out 0.438 -> 0.525 and
+# 0.390 -> 0.449, warm-start accuracy 0.85 on `3x2` against 0.01-0.06 on `3x7`, epoch-1 training
+# pass rates 35 % / 48 % / 17 % at 0 / between / 1.
+_WORKED = ["3x2", "3x3", "3x4", "3x5", "3x6", "3x7"]
+SCENARIOS["worked"] = {
+    **SCENARIOS["short"],
+    "levels": dict.fromkeys(_WORKED, 1.0),
+    "warm_levels": _WORKED,
+    "warm_target": 0.35,
+    "n_train": 480,
+    "n_eval": 256,
+    "prompts_per_step": 16,
+    "rollouts_per_prompt": 8,
+    "steps": 60,
+    "eval_every": 15,
+}
+
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").
 SCENARIOS["paper_gpu"] = {
