@@ -108,9 +108,10 @@ class LabConfig:
     Args:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Run labels to train, each from the same warm start and prompt order:
-            ``strategy[:group_weight][@scale]``; scale multiplies the rollouts per step, and
-            ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run only (e.g.
-            ``coba:equal``; see `CobaConfig`).
+            ``strategy[:group_weight][+prior][+token_budget][@scale]``; scale multiplies the
+            rollouts per step, ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run
+            only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
+            pass-rate priors and ``+token_budget`` sets ``coba.budget_unit=tokens``.
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
         levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.
             ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.arithmetic.task`).
