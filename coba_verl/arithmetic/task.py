@@ -30,6 +30,7 @@ from coba_verl.refusal import CobaRefusal
 
 __all__ = [
     "LEVELS", "Level", "Split", "make_splits", "parse_levels", "sample_problems", "verify", "score_batch",
+    "WORKED_OP", "worked_answer",
 ]  # fmt: skip
 
 
@@ -50,6 +51,11 @@ class Level:
     def name(self) -> str:
         return f"{self.a_digits}{self.op}{self.b_digits}"
 
+    @property
+    def worked(self) -> bool:
+        """Whether the answer is written out as working (`WORKED_OP`)."""
+        return self.op == WORKED_OP
+
 
 # The mixture, five levels with at least 900 distinct problems each (so every level has held-out
 # problems). After the default warm start, sums and differences of a two- and a one-digit number
@@ -64,8 +70,26 @@ LEVELS: tuple[Level, ...] = (
     Level("*", 3, 2, 1.0),
 )
 
+#: The op of a **worked** level: ``"2x6"`` is a two-digit number times exactly 6, and the answer
+#: writes the multiplication out as repeated addition, each partial sum after an ``=``::
+#:
+#:     prompt  "47*6="
+#:     answer  "47+47=94+47=141+47=188+47=235+47=282"
+#:
+#: so a harder problem (a larger multiplier) takes a longer answer: 8 characters for ``2x2`` to
+#: 36 for ``2x6`` and 58 for ``2x9`` (a few less when partial sums have fewer digits). The verifier
+#: checks the final number only (`verify`), as a maths reward checks the final answer, so the
+#: working's length is the model's to keep or change; the warm start teaches it.
+WORKED_OP = "x"
+
 _OPS = {"+": np.add, "-": np.subtract, "*": np.multiply}
-_LEVEL_NAME = re.compile(r"^([1-9])([+*-])([1-9])$")
+_LEVEL_NAME = re.compile(r"^([1-9])([+*x-])([1-9])$")
+
+
+def worked_answer(a: int, b: int) -> str:
+    """``a`` times ``b`` (b >= 1) written as repeated addition: ``worked_answer(47, 3)`` ->
+    ``"47+47=94+47=141"``; ``worked_answer(47, 1)`` -> ``"47"``."""
+    return str(a) + "".join(f"+{a}={a * k}" for k in range(2, b + 1))
 
 
 def parse_levels(weights: Mapping[str, float]) -> tuple[Level, ...]:
@@ -81,10 +105,22 @@ def parse_levels(weights: Mapping[str, float]) -> tuple[Level, ...]:
     for name, w in weights.items():
         m = _LEVEL_NAME.match(str(name))
         if m is None:
-            raise CobaRefusal(f"level {name!r} is not <digits><op><digits> with op in +-*, e.g. '2*1'.")
+            raise CobaRefusal(
+                f"level {name!r} is not <digits><op><digits> with op in +-*, e.g. '2*1', or a worked "
+                f"multiplication <digits>{WORKED_OP}<multiplier>, e.g. '2{WORKED_OP}6'."
+            )
         if not isinstance(w, (int, float)) or not w > 0:
             raise CobaRefusal(f"level {name!r} has weight {w!r}; weights must be positive numbers.")
         out.append(Level(m[2], int(m[1]), int(m[3]), float(w)))
+    for lv in out:
+        clash = [
+            x.name for x in out if lv.worked and x.op == "*" and x.a_digits == lv.a_digits and x.b_digits == 1
+        ]
+        if clash:
+            raise CobaRefusal(
+                f"levels {lv.name!r} and {clash[0]!r} ask the same prompts (e.g. '47*6=') for answers in two "
+                "forms, worked and plain; list one of them."
+            )
     return tuple(out)
 
 
@@ -120,6 +156,11 @@ def sample_problems(
     for k, lv in enumerate(levels):
         rows = np.flatnonzero(lv_idx == k)
         a = _operand(rng, lv.a_digits, rows.size)
+        if lv.worked:  # the multiplier is the level's own number
+            for r, x in zip(rows.tolist(), a.tolist(), strict=True):
+                prompts[r] = f"{x}*{lv.b_digits}="
+                answers[r] = worked_answer(x, lv.b_digits)
+            continue
         b = _operand(rng, lv.b_digits, rows.size)
         if lv.op == "-":  # keep differences non-negative
             a, b = np.maximum(a, b), np.minimum(a, b)
@@ -168,8 +209,12 @@ def make_splits(
 def verify(response: str, answer: str) -> float:
     """Score one response: 1.0 iff it is exactly the answer's digits (surrounding spaces ignored).
 
-    The response is the decoded text generated after the prompt, up to end-of-sequence.
+    The response is the decoded text generated after the prompt, up to end-of-sequence. A worked
+    answer (it holds ``=``, `worked_answer`) is scored on its final number: the response's text
+    after its last ``=`` must be the answer's.
     """
+    if "=" in answer:
+        return 1.0 if response.strip().rsplit("=", 1)[-1] == answer.rsplit("=", 1)[-1] else 0.0
     return 1.0 if response.strip() == answer else 0.0
 
 

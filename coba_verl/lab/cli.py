@@ -9,6 +9,8 @@ Examples::
     coba-verl lab --runs uniform,coba,coba:tokens   # coba.group_weight=tokens for one run
     coba-verl lab --coba group_weight=tokens        # ... or for every run (the default: equal)
     coba-verl lab --runs coba,coba+prior            # the tracker starts from k samples of the warm start
+    coba-verl lab --scenario dapo                   # DAPO dynamic sampling: M x n rollouts with a spread
+    coba-verl lab --scenario worked --runs uniform,coba,coba+token_budget   # a token budget
 
 Every `LabConfig` field is a flag (``n_train`` -> ``--n-train``) whose help is the field's line of
 the `LabConfig` docstring; a flag left out takes the scenario's value.

@@ -15,38 +15,47 @@ from coba_verl.refusal import CobaRefusal
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
 
-#: The one run-label option after ``+``: the run's tracker starts from pass-rate priors.
+#: Run-label options after ``+``: ``prior``, the run's tracker starts from pass-rate priors;
+#: ``token_budget``, the run's budget counts tokens (``coba.budget_unit=tokens``).
 PRIOR_OPTION = "prior"
+TOKEN_BUDGET_OPTION = "token_budget"
+RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: a strategy, optionally a group weight and priors, at a budget scale.
+    """One training run: a strategy, optionally a group weight, priors and a token budget, at a
+    budget scale.
 
     ``coba@0.5`` = half the rollouts per step; ``coba:tokens`` = ``coba.group_weight=tokens`` for
     this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
     ``coba+prior`` = the tracker starts from pass rates measured on the warm start
-    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`).
+    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`);
+    ``coba+token_budget`` = ``coba.budget_unit=tokens`` for this run only: sum_i B_i L_i is at most
+    what n rollouts each would cost (`coba_verl.core.token_budget`).
     """
 
     strategy: str
     budget_scale: float = 1.0
     group_weight: str | None = None
     prior: bool = False
+    budget_unit: str | None = None
 
     @property
     def label(self) -> str:
         name = self.strategy if self.group_weight is None else f"{self.strategy}:{self.group_weight}"
         name = f"{name}+{PRIOR_OPTION}" if self.prior else name
+        name = f"{name}+{TOKEN_BUDGET_OPTION}" if self.budget_unit == "tokens" else name
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
 def parse_run_label(label: str) -> RunSpec:
-    """``STRATEGY[:GROUP_WEIGHT][+prior][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
+    """``STRATEGY[:GROUP_WEIGHT][+prior][+token_budget][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
     ``"coba@0.5"`` -> RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal");
-    ``"coba+prior"`` -> RunSpec("coba", prior=True).
+    ``"coba+prior"`` -> RunSpec("coba", prior=True); ``"coba+token_budget"`` ->
+    RunSpec("coba", budget_unit="tokens").
 
-    The strategy, the group weight, the option and the scale are checked apart, so the message
+    The strategy, the group weight, the options and the scale are checked apart, so the message
     names the part that is wrong.
 
     Raises:
@@ -54,13 +63,15 @@ def parse_run_label(label: str) -> RunSpec:
             scale when it is not a number in (0, 1].
     """
     head, at, raw = (x.strip() for x in label.strip().partition("@"))
-    head, plus, option = (x.strip() for x in head.partition("+"))
-    if plus and option != PRIOR_OPTION:
-        raise CobaRefusal(
-            f"run option {option!r} in {label!r} is unknown; the one option is '+{PRIOR_OPTION}' "
-            f"(e.g. '{head}+{PRIOR_OPTION}')."
-        )
-    prior = bool(plus)
+    head, *options = (x.strip() for x in head.split("+"))
+    for option in options:
+        if option not in RUN_OPTIONS:
+            raise CobaRefusal(
+                f"run option {option!r} in {label!r} is unknown; the options are "
+                f"{', '.join('+' + o for o in RUN_OPTIONS)} (e.g. '{head}+{PRIOR_OPTION}')."
+            )
+    prior = PRIOR_OPTION in options
+    budget_unit = "tokens" if TOKEN_BUDGET_OPTION in options else None
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
@@ -77,7 +88,7 @@ def parse_run_label(label: str) -> RunSpec:
             )
         group_weight = weight
     if not at:
-        return RunSpec(strategy, group_weight=group_weight, prior=prior)
+        return RunSpec(strategy, group_weight=group_weight, prior=prior, budget_unit=budget_unit)
     try:
         scale = float(raw)
     except ValueError:
@@ -87,7 +98,7 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale, group_weight, prior)
+    return RunSpec(strategy, scale, group_weight, prior, budget_unit)
 
 
 @dataclass
@@ -98,9 +109,10 @@ class LabConfig:
     Args:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Run labels to train, each from the same warm start and prompt order:
-            ``strategy[:group_weight][@scale]``; scale multiplies the rollouts per step, and
-            ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run only (e.g.
-            ``coba:equal``; see `CobaConfig`).
+            ``strategy[:group_weight][+prior][+token_budget][@scale]``; scale multiplies the
+            rollouts per step, ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run
+            only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
+            pass-rate priors and ``+token_budget`` sets ``coba.budget_unit=tokens``.
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
         levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.
             ``"2*1"`` = a two-digit number times a one-digit number (see `coba_verl.arithmetic.task`).
@@ -146,6 +158,13 @@ class LabConfig:
             ``+prior`` runs; each prompt's record is (successes, k), one appearance of its window
             (`coba_verl.records.priors`). These n_train * k samples are not counted in a run's
             rollouts; the results record them as ``prior_rollouts``.
+        dapo: DAPO dynamic sampling, as this package's veRL sync trainer does it
+            (`coba_verl.lab.dapo`): a group whose rewards are all equal is evicted and refilled
+            from the prompt stream until the update holds exactly M x n rollouts with a reward
+            spread (one group cut to the remainder); every generated rollout reaches the tracker.
+        dapo_max_gen_batches: Under ``dapo``, at most this many x M prompts generated for one update
+            (the DAPO recipe's ``max_num_gen_batches``); past it the update trains what is ready and
+            the row records the ``shortfall``.
     """
 
     scenario: str = "hard"
@@ -180,6 +199,8 @@ class LabConfig:
     threads: int = 1
     snapshot_steps: int = 4
     prior_samples: int = 8
+    dapo: bool = False
+    dapo_max_gen_batches: int = 10
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -194,7 +215,7 @@ class LabConfig:
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
             "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
-            "snapshot_steps", "updates_per_step", "prior_samples",
+            "snapshot_steps", "updates_per_step", "prior_samples", "dapo_max_gen_batches",
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
@@ -235,6 +256,13 @@ class LabConfig:
             kinds = {k: type(v).__name__ for k, v in self.coba.items()}
             raise CobaRefusal(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
+            unit = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit).budget_unit
+            if self.dapo and unit == "tokens":
+                raise CobaRefusal(
+                    f"run {spec.label!r}: a token budget (coba.budget_unit=tokens) with dapo=true: DAPO "
+                    "trains exactly M x n rollouts a step, while under a token budget the rollouts of a "
+                    "round vary (veRL's DAPO path refuses it too). Drop '+token_budget' or dapo."
+                )
             check_budget(
                 self.prompts_per_step, self.budget(spec), cfg.min_rollouts, cfg.max_rollouts,
                 total_name=f"run {spec.label!r}: rollouts per step", low_name="min_rollouts",
@@ -270,10 +298,14 @@ class LabConfig:
         """Rollouts per step of a run: round(M * n * scale)."""
         return int(round(self.prompts_per_step * self.rollouts_per_prompt * spec.budget_scale))
 
-    def coba_config(self, strategy: str, group_weight: str | None = None) -> CobaConfig:
+    def coba_config(
+        self, strategy: str, group_weight: str | None = None, budget_unit: str | None = None
+    ) -> CobaConfig:
         """The allocator config of one run: ``coba`` overrides plus its strategy (and its group
-        weight, when its label sets one)."""
+        weight and budget unit, when its label sets them)."""
         own = {} if group_weight is None else {"group_weight": group_weight}
+        if budget_unit is not None:
+            own["budget_unit"] = budget_unit
         return CobaConfig.from_mapping({**self.coba, **own, "strategy": strategy})
 
     def to_dict(self) -> dict[str, Any]:
@@ -312,6 +344,33 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 # rule written before them (docs/lab.md, "Pass-rate priors"): seeds 0-1, held-out 0.337 -> 0.477,
 # epoch-1 training pass rates 32 % / 61 % / 7 % at 0 / between / 1, F̄ from 0.66.
 SCENARIOS["short"] = {**SCENARIOS["paper"], "n_train": 960, "steps": 60, "eval_every": 15}
+
+# DAPO dynamic sampling on `short`: every update trains M x n = 512 rollouts with a reward spread,
+# generated in as many waves as it takes (`coba_verl.lab.dapo`). Chosen from uniform runs only, by
+# the rule written before them (docs/lab/dapo_design.md, candidate D1): seeds 0-1, held-out
+# 0.408 -> 0.596 and 0.240 -> 0.281, uniform generating 2.13 and 2.01 rollouts per trained one,
+# the generation cap never reached.
+SCENARIOS["dapo"] = {**SCENARIOS["short"], "dapo": True}
+
+# Answers that grow with difficulty: worked multiplications `3x2` ... `3x7` (a three-digit number
+# times 2-7 written out as repeated addition, 11-57 characters, scored on the final number), all in
+# the warm start, which teaches the format. Chosen from uniform runs only, by the rule written
+# before them (docs/lab/worked_design.md, candidate W3): seeds 0-1, held-out 0.438 -> 0.525 and
+# 0.390 -> 0.449, warm-start accuracy 0.85 on `3x2` against 0.01-0.06 on `3x7`, epoch-1 training
+# pass rates 35 % / 48 % / 17 % at 0 / between / 1.
+_WORKED = ["3x2", "3x3", "3x4", "3x5", "3x6", "3x7"]
+SCENARIOS["worked"] = {
+    **SCENARIOS["short"],
+    "levels": dict.fromkeys(_WORKED, 1.0),
+    "warm_levels": _WORKED,
+    "warm_target": 0.35,
+    "n_train": 480,
+    "n_eval": 256,
+    "prompts_per_step": 16,
+    "rollouts_per_prompt": 8,
+    "steps": 60,
+    "eval_every": 15,
+}
 
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").

@@ -10,6 +10,8 @@ budget_vs_pass_rate.png    B_i against p̂_i at a few steps, per strategy (cf. p
                            marker area counts the prompts on one point
 zero_grad.png              share of groups, and of rollouts, with no GRPO signal
 overview.png               paired difference, wasted rollouts, F̄, budgets at the last step
+accuracy_vs_compute.png    held-out accuracy vs steps, vs rollouts generated and vs response
+                           tokens generated (mean over seeds; under DAPO generated > trained)
 
 `figures` builds them (tests read their titles and artists); `write_plots` saves them.
 """
@@ -41,6 +43,7 @@ PLOT_FILES = (
     "budget_vs_pass_rate.png",
     "zero_grad.png",
     "overview.png",
+    "accuracy_vs_compute.png",
 )
 
 _MARKERS = "osD^vP*X"
@@ -331,7 +334,41 @@ def figures(rows: list[dict[str, Any]], snaps: list[dict[str, Any]], *, k: int) 
     axs[1, 1].set_title(f"Budget given vs pass rate, {axs[1, 1].get_title()} (first seed; area ∝ prompts)")
     fig.tight_layout()
     out["overview.png"] = fig
+
+    fig, axs = plt.subplots(1, 3, figsize=(16, 4.4))
+    plot_accuracy(axs[0], rows, colors, k, per_step=True)
+    plot_accuracy_vs(axs[1], rows, colors, k, "rollouts_generated", "rollouts generated")
+    plot_accuracy_vs(axs[2], rows, colors, k, "tokens_generated", "response tokens generated")
+    fig.suptitle("Held-out accuracy per step and per generated compute (mean over seeds)")
+    fig.tight_layout()
+    out["accuracy_vs_compute.png"] = fig
     return out
+
+
+def plot_accuracy_vs(
+    ax: Axes, rows: list[dict[str, Any]], colors: dict[str, Any], k: int, key: str, name: str
+) -> None:
+    """Held-out accuracy against a cumulative count ``key`` of the rows (generated rollouts or
+    tokens): the mean over seeds of both, at each evaluated step every seed reached."""
+    start = {r["seed"]: r["eval_acc"] for r in rows if r["step"] == 0}
+    for label, color in colors.items():
+        per_seed: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+        for r in rows:
+            if r["run"] == label and r["step"] > 0 and not math.isnan(r["eval_acc"]) and key in r:
+                per_seed[r["seed"]][r["step"]] = (float(r[key]), r["eval_acc"])
+        if not per_seed:
+            continue
+        for s in per_seed:
+            if s in start:
+                per_seed[s][0] = (0.0, start[s])
+        steps = sorted(set.intersection(*(set(d) for d in per_seed.values())))
+        pts = np.array([[d[st] for st in steps] for d in per_seed.values()])  # (seeds, points, 2)
+        ax.plot(pts[..., 0].mean(0), pts[..., 1].mean(0), "-o", ms=3, color=color, label=label)
+    ax.set_xlabel(name)
+    ax.set_ylabel(f"held-out accuracy (avg@{k}, T=1)")
+    ax.set_title(f"Held-out accuracy vs {name}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def write_plots(

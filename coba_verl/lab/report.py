@@ -6,8 +6,9 @@ more seeds the summary gives 95 % t-intervals over seeds of those paired differe
 seed it gives the single difference and says that it has no interval (`seeds_note`).
 
 `format_summary` is the text of ``summary.txt`` and of the command's output: the seeds note and
-the column legend (`LEGEND`) first, then the comparison table (`format_table`) and the regime
-table (`format_regime`).
+the column legend (`LEGEND`) first, then the comparison table (`format_table`), the compute table
+(`format_compute`: what was generated, and the compute to reach uniform's final accuracy) and the
+regime table (`format_regime`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "t_interval", "summarise", "regime", "format_table", "format_regime", "format_summary", "seeds_note",
-    "LEGEND",
+    "t_interval", "summarise", "regime", "format_table", "format_compute", "format_regime", "format_summary",
+    "seeds_note", "compute_to_target", "LEGEND",
 ]  # fmt: skip
 
 LEGEND = """\
@@ -46,6 +47,25 @@ Columns of the comparison table:
 
 With two or more seeds, final acc, Δ final, AUC and Δ AUC carry a 95 % t-interval over seeds in
 brackets, [low, high]; with one seed they are single values.
+
+Columns of the compute table (generated = every rollout sampled, trained or not; a token is a
+response token, <eos> included):
+
+    gen rollouts/step            rollouts generated per step (more than trained under DAPO)
+    gen tokens/step              response tokens generated per step
+    gen/trained                  rollouts generated per rollout trained
+    gen rollouts (tokens) vs uniform  the run's generated rollouts (tokens) over uniform's of the
+                                 same seed, in the same number of steps
+    waves/step, rounds/step      generation waves (DAPO: the first submission and its refills) and
+                                 allocator rounds of M prompts drawn, per step
+    rollouts (tokens) to target  generated rollouts (tokens) until held-out accuracy first reaches
+                                 uniform's final accuracy of the same seed; mean over the seeds
+                                 that do (k/n of them), or "not reached"
+    ratio                        that compute over uniform's own to the same accuracy (same seed),
+                                 over the seeds where both reach it
+    Δ AUC rollouts (tokens)      mean held-out accuracy over the first X generated rollouts
+                                 (tokens) minus uniform's, X the smaller of the two runs' totals
+                                 of the seed: accuracy per generated compute on a common range
 
 Columns of the regime table, which says which phase an allocator was in:
 
@@ -103,21 +123,47 @@ def _by_run(
     return runs, start
 
 
-def _curve(rs: list[dict[str, Any]], start: float | None) -> list[tuple[int, float]]:
-    """[(rollouts, held-out accuracy)] of one run of one seed, from the warm start when known."""
-    head = [] if start is None or math.isnan(start) else [(0, start)]
-    return head + [(r["rollouts"], r["eval_acc"]) for r in rs if not math.isnan(r["eval_acc"])]
+def _curve(rs: list[dict[str, Any]], start: float | None, x: str = "rollouts") -> list[tuple[float, float]]:
+    """[(x, held-out accuracy)] of one run of one seed, from the warm start (x = 0) when known; ``x``
+    is a cumulative count of the rows (``rollouts`` trained, ``rollouts_generated``,
+    ``tokens_generated``), NaN in rows that lack it."""
+    head = [] if start is None or math.isnan(start) else [(0.0, start)]
+    return head + [(float(r.get(x, math.nan)), r["eval_acc"]) for r in rs if not math.isnan(r["eval_acc"])]
 
 
-def _auc(curve: list[tuple[int, float]]) -> float:
+def _auc_until(curve: list[tuple[float, float]], end: float) -> float:
+    """Mean accuracy over [0, ``end``] of the piecewise-linear curve from its first point: the area
+    under it up to ``end`` (interpolated) divided by the range. NaN when the curve does not start at
+    0 or ends before ``end``."""
+    if len(curve) < 2 or curve[0][0] != 0 or not end > 0:
+        return float("nan")
+    x, y = np.asarray(curve, dtype=np.float64).T
+    if np.isnan(x).any() or x[-1] < end - 1e-9:
+        return float("nan")
+    inside = x < end
+    xs = np.r_[x[inside], end]
+    ys = np.r_[y[inside], np.interp(end, x, y)]
+    return float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2) / end)
+
+
+def compute_to_target(curve: list[tuple[float, float]], target: float) -> float:
+    """The x of the first evaluation whose accuracy reaches ``target`` (NaN: not reached).
+
+    ``compute_to_target([(0, 0.2), (100, 0.4), (200, 0.5)], 0.45)`` -> 200.0. Evaluations are
+    points: the compute is that of the first evaluated step at or above the target, not an
+    interpolation between two evaluations.
+    """
+    return next((float(x) for x, acc in curve if acc >= target - 1e-12), float("nan"))
+
+
+def _auc(curve: list[tuple[float, float]]) -> float:
     if len(curve) < 2:
         return float("nan")
     x, y = np.asarray(curve, dtype=np.float64).T
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
 
 
-def _first_reach(curve: list[tuple[int, float]], target: float) -> float:
-    return next((float(x) for x, acc in curve if acc >= target - 1e-12), float("nan"))
+_first_reach = compute_to_target
 
 
 def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[dict[str, Any]]:
@@ -136,12 +182,15 @@ def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[di
         reach = [_first_reach(curves[s], ref_curves[s][-1][1]) for s in paired if label != reference]
         reached = [x for x in reach if not math.isnan(x)]
         every = [r for s in seeds for r in by_seed[s]]
+        compute = _compute(label, by_seed, runs.get(reference, {}), start, reference)
         out.append(
             {
                 "run": label,
                 "seeds": len(seeds),
                 "steps": int(min(by_seed[s][-1]["step"] for s in seeds)),
-                "rollouts_per_step": int(every[0]["total_budget"]),
+                "rollouts_per_step": int(
+                    round(np.mean([r.get("step_rollouts_trained", r["total_budget"]) for r in every]))
+                ),
                 "rollouts": int(by_seed[seeds[0]][-1]["rollouts"]),
                 "final_acc": t_interval(list(final.values())),
                 "d_final": t_interval(d_final) if label != reference else (float("nan"), float("nan")),
@@ -154,8 +203,80 @@ def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[di
                 "zero_var_rollouts": float(np.mean([r["zero_grad_rollout_share"] for r in every])),
                 "plugin_share": float(sum(r["plugin_s"] for r in every) / sum(r["step_s"] for r in every)),
                 "step_s": float(np.mean([r["step_s"] for r in every])),
+                **compute,
             }
         )
+    return out
+
+
+#: The compute counts of `compute_summary`: (row key, name in the summary).
+COMPUTE_UNITS = (("rollouts_generated", "rollouts"), ("tokens_generated", "tokens"))
+
+
+def _compute(
+    label: str,
+    by_seed: dict[int, list[dict[str, Any]]],
+    ref_by_seed: dict[int, list[dict[str, Any]]],
+    start: dict[int, float],
+    reference: str,
+) -> dict[str, Any]:
+    """What one run generated, and the compute it needed to reach the reference's final accuracy.
+
+    Per seed s with a reference run: target_s = the reference's final held-out accuracy of seed s;
+    ``{u}_to_target`` = the generated rollouts (tokens) at the run's first evaluation at or above
+    target_s (`compute_to_target`), mean and 95 % t-interval over the seeds that reached it, with
+    how many did; ``{u}_to_target_ratio`` = that compute over the reference's own (the reference
+    reaches its final at its last evaluation or earlier), over the seeds where both reached it;
+    ``d_auc_{u}`` = the paired difference of mean accuracy over [0, X_s], X_s the smaller of the two
+    runs' total generated compute of seed s (`_auc_until`), so both are compared on the same range.
+    Also: generated rollouts and tokens per step, generated rollouts per trained rollout, generation
+    waves (submissions) and allocator rounds per step, and ``gen_{u}_ratio``: the run's total
+    generated rollouts (tokens) over the reference's, paired by seed (runs of equal steps).
+    """
+    seeds = sorted(by_seed)
+    every = [r for s in seeds for r in by_seed[s]]
+    out: dict[str, Any] = {}
+
+    def per_step(key: str) -> float:
+        vals = [r[key] for r in every if key in r]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    out["gen_rollouts_per_step"] = per_step("step_rollouts_generated")
+    out["gen_tokens_per_step"] = per_step("step_tokens_generated")
+    trained = per_step("step_rollouts_trained")
+    out["gen_per_trained"] = out["gen_rollouts_per_step"] / trained if trained else float("nan")
+    out["submissions_per_step"] = per_step("submissions")
+    out["rounds_per_step"] = per_step("rounds")
+    paired = [s for s in seeds if ref_by_seed.get(s)]
+    for key, unit in COMPUTE_UNITS:
+        ratios = [
+            by_seed[s][-1][key] / ref_by_seed[s][-1][key]
+            for s in paired
+            if key in by_seed[s][-1]
+            and ref_by_seed[s][-1].get(key)
+            and len(by_seed[s]) == len(ref_by_seed[s])
+        ]
+        out[f"gen_{unit}_ratio"] = t_interval(ratios)
+        reach, ratio, d_auc = [], [], []
+        for s in paired:
+            ref_curve = _curve(ref_by_seed[s], start.get(s))
+            curve_x = _curve(by_seed[s], start.get(s), key)
+            ref_x = _curve(ref_by_seed[s], start.get(s), key)
+            target = ref_curve[-1][1]
+            x = compute_to_target(curve_x, target)
+            reach.append(x)
+            own = compute_to_target(ref_x, target)
+            if not math.isnan(x) and not math.isnan(own) and own > 0:
+                ratio.append(x / own)
+            if label != reference and curve_x and ref_x:
+                end = min(curve_x[-1][0], ref_x[-1][0])
+                d_auc.append(_auc_until(curve_x, end) - _auc_until(ref_x, end))
+        reached = [x for x in reach if not math.isnan(x)]
+        out[f"{unit}_to_target"] = t_interval(reached)
+        out[f"{unit}_to_target_reached"] = len(reached)
+        out[f"{unit}_to_target_ratio"] = t_interval(ratio)
+        out[f"d_auc_{unit}"] = t_interval(d_auc) if label != reference else (float("nan"), float("nan"))
+    out["compute_paired_seeds"] = len(paired)
     return out
 
 
@@ -232,6 +353,41 @@ def format_table(summary: list[dict[str, Any]], reference: str = "uniform") -> s
     return "\n".join(lines)
 
 
+def _reach(s: dict[str, Any], unit: str) -> str:
+    """``1,234 [1,000, 1,468] (3/5)``, or ``not reached (0/5)``."""
+    n = s["compute_paired_seeds"]
+    if not n:
+        return "-"
+    k = s[f"{unit}_to_target_reached"]
+    if not k:
+        return f"not reached (0/{n})"
+    return f"{_ci(s[f'{unit}_to_target'], ',.0f')} ({k}/{n})"
+
+
+def format_compute(summary: list[dict[str, Any]], reference: str = "uniform") -> str:
+    """The compute table as Markdown: generation per step and compute to the reference's final."""
+    head = (
+        f"| run | gen rollouts/step | gen tokens/step | gen/trained | gen rollouts vs {reference} "
+        f"| gen tokens vs {reference} | waves/step | rounds/step "
+        f"| rollouts to {reference}'s final | ratio | tokens to {reference}'s final | ratio "
+        f"| Δ AUC rollouts | Δ AUC tokens |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s in summary:
+        if "gen_rollouts_per_step" not in s:
+            continue
+        lines.append(
+            f"| {s['run']} | {s['gen_rollouts_per_step']:,.1f} | {s['gen_tokens_per_step']:,.0f} "
+            f"| {s['gen_per_trained']:.2f} | {_ci(s['gen_rollouts_ratio'], '.3f')} "
+            f"| {_ci(s['gen_tokens_ratio'], '.3f')} | {s['submissions_per_step']:.2f} "
+            f"| {s['rounds_per_step']:.2f} "
+            f"| {_reach(s, 'rollouts')} | {_ci(s['rollouts_to_target_ratio'], '.2f')} "
+            f"| {_reach(s, 'tokens')} | {_ci(s['tokens_to_target_ratio'], '.2f')} "
+            f"| {_ci(s['d_auc_rollouts'], signed=True)} | {_ci(s['d_auc_tokens'], signed=True)} |"
+        )
+    return "\n".join(lines)
+
+
 def format_regime(reg: list[dict[str, Any]]) -> str:
     """The regime table as Markdown; see the module doc."""
     head = (
@@ -262,5 +418,6 @@ def format_summary(
     n_seeds = max(s["seeds"] for s in summary)
     return (
         f"{seeds_note(n_seeds, reference)}\n\n{LEGEND}\n\n"
-        f"Comparison:\n\n{format_table(summary, reference)}\n\nRegime:\n\n{format_regime(reg)}"
+        f"Comparison:\n\n{format_table(summary, reference)}\n\n"
+        f"Compute:\n\n{format_compute(summary, reference)}\n\nRegime:\n\n{format_regime(reg)}"
     )

@@ -43,7 +43,8 @@ from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decod
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import BudgetAllocator
 from coba_verl.lab.config import LabConfig, RunSpec
-from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config, zero_gradient_groups
+from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step
+from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
 from coba_verl.records.priors import PriorRecords, apply_priors, outcome_records
 from coba_verl.records.prompt_ids import PromptIdMap
 
@@ -110,18 +111,29 @@ def new_model(cfg: LabConfig, tok: Tokenizer, seed: int) -> Qwen2ForCausalLM:
     )
 
 
+def prompt_stream(n_train: int, seed: int) -> Callable[[int], np.ndarray]:
+    """``next_ids(k) -> (k,)``: the seed's prompt ids in order, epochs of a seeded shuffle of
+    0..n_train-1 one after another, without end (DAPO's refills draw past ``steps`` x M)."""
+    rng = np.random.default_rng([seed, 0x0D7])
+    buffer = np.zeros(0, np.int64)
+
+    def next_ids(k: int) -> np.ndarray:
+        nonlocal buffer
+        while buffer.size < k:
+            buffer = np.concatenate([buffer, rng.permutation(n_train).astype(np.int64)])
+        out, buffer = buffer[:k], buffer[k:]
+        return out
+
+    return next_ids
+
+
 def prompt_order(n_train: int, m: int, steps: int, seed: int) -> np.ndarray:
-    """(steps, M) prompt ids: epochs of a seeded shuffle of 0..n_train-1, M at a time.
+    """(steps, M) prompt ids: the first steps x M of `prompt_stream`, M at a time.
 
     A batch never straddles two epochs' duplicates: the last partial batch of an epoch is
     completed from the next epoch's permutation, as a drop-last-free sampler would.
     """
-    rng = np.random.default_rng([seed, 0x0D7])
-    need = steps * m
-    chunks: list[np.ndarray] = []
-    while sum(c.size for c in chunks) < need:
-        chunks.append(rng.permutation(n_train).astype(np.int64))
-    return np.concatenate(chunks)[:need].reshape(steps, m)
+    return prompt_stream(n_train, seed)(steps * m).reshape(steps, m)
 
 
 def _source_digest() -> str:
@@ -332,6 +344,89 @@ def pass_histogram(rates: np.ndarray) -> list[int]:
     return [int(np.sum(rates == 0)), *map(int, quarters), int(np.sum(rates == 1))]
 
 
+#: The DAPO counts of a row that are 0 without DAPO.
+NO_REFILL = ("groups_evicted", "groups_surplus", "rollouts_cut", "shortfall")
+
+
+@dataclass
+class _StepRollouts:
+    """What one step generated and what it trains (either mode).
+
+    ``budgets``, ``prompt_rates`` are per generated group; ``batch`` is the update's rollouts.
+    """
+
+    batch: RolloutBatch | None
+    budgets: np.ndarray  # (G,) rollouts of each generated group
+    prompt_rates: np.ndarray  # (G,) each generated group's pass rate
+    scores: np.ndarray  # (R_gen,) every generated rollout's score
+    generated_tokens: int
+    trained_tokens: int
+    costs: dict[str, int]  # submissions, rounds, groups_evicted, groups_surplus, rollouts_cut, shortfall
+    plugin_s: float = 0.0  # allocate + observe
+
+
+def _pad_right(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    """(R, T) -> (R, width), padded with ``value`` on the right."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+
+def _generate_wave(
+    model: Qwen2ForCausalLM, ctx: SeedContext, ids: np.ndarray, budgets: np.ndarray, gen: torch.Generator
+) -> Wave:
+    """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the token tensors as payload."""
+    rollout_ids = ids[np.repeat(np.arange(ids.size), budgets)]  # (R,)
+    _, _, resp, rmask = _generate(model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen)
+    scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in rollout_ids])
+    lengths = rmask.sum(-1).cpu().numpy().astype(np.float64)  # (R,) response tokens, <eos> included
+    return Wave(scores=scores, lengths=lengths, payload=(rollout_ids, resp, rmask))
+
+
+def _dapo_rollouts(
+    cfg: LabConfig, ctx: SeedContext, model: Qwen2ForCausalLM, stream: PromptStream, gen: torch.Generator,
+    min_size: int,
+) -> _StepRollouts:  # fmt: skip
+    """One DAPO step (`coba_verl.lab.dapo`): waves until M x n rollouts are ready, then the batch."""
+    step = collect_dapo_step(
+        stream,
+        lambda ids, budgets: _generate_wave(model, ctx, ids, budgets, gen),
+        n=cfg.rollouts_per_prompt,
+        min_size=min_size,
+        max_gen_batches=cfg.dapo_max_gen_batches,
+    )
+    batch = None
+    if step.trained:
+        device = next(model.parameters()).device
+        width = max(int(step.waves[w].payload[2][rows].sum(-1).max()) for w, rows, _ in step.trained)
+        pad = ctx.tok.token_to_id(PAD)
+        rollout_ids = np.concatenate([step.waves[w].payload[0][rows] for w, rows, _ in step.trained])
+        resp = torch.cat([_pad_right(step.waves[w].payload[1][rows][:, :width], width, pad)
+                          for w, rows, _ in step.trained])  # fmt: skip
+        rmask = torch.cat([_pad_right(step.waves[w].payload[2][rows][:, :width], width, 0)
+                           for w, rows, _ in step.trained])  # fmt: skip
+        index = np.concatenate([np.full(rows.size, k, np.int64) for _, rows, k in step.trained])
+        scores = np.concatenate([step.waves[w].scores[rows] for w, rows, _ in step.trained])
+        p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
+        batch = RolloutBatch(p_ids.to(device), p_mask.to(device), resp, rmask, scores, index)
+    budgets = np.asarray([g.size for g in step.groups], np.int64)
+    return _StepRollouts(
+        batch=batch,
+        budgets=budgets,
+        prompt_rates=np.asarray([float(g.scores.mean()) for g in step.groups]),
+        scores=np.concatenate([w.scores for w in step.waves]),
+        generated_tokens=step.generated_tokens,
+        trained_tokens=step.trained_tokens,
+        costs={
+            "submissions": step.submissions,
+            "rounds": len(step.allocations),
+            "groups_evicted": step.evicted,
+            "groups_surplus": step.surplus,
+            "rollouts_cut": step.cut_rollouts,
+            "shortfall": step.shortfall,
+        },
+        plugin_s=sum(a.elapsed_s for a in step.allocations) + step.observe_s,
+    )
+
+
 def train_run(
     cfg: LabConfig,
     ctx: SeedContext,
@@ -343,6 +438,11 @@ def train_run(
 ) -> dict[str, Any]:
     """Train one run from the seed's warm start; every step's metrics go to ``sink``.
 
+    Without DAPO a step allocates its M prompts, generates their rollouts and trains them all;
+    with ``cfg.dapo`` it generates waves until M x n rollouts with a reward spread are ready
+    (`coba_verl.lab.dapo`). Either way each row counts the rollouts and response tokens generated
+    and trained (``rollouts`` = trained, cumulative; ``rollouts_generated``, ``tokens_generated``).
+
     Returns the last row. ``snapshot`` receives {run, seed, step, pass_rates, budgets} at
     `snapshot_steps`; ``on_step`` is called after each step (progress display).
     """
@@ -351,103 +451,136 @@ def train_run(
     model.load_state_dict(ctx.warm_state)
     model.to(cfg.device).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight)
+    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight, spec.budget_unit)
     allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
     if spec.prior:  # before any update: the warm start's pass rates
         _seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
     total = cfg.budget(spec)
-    actor = make_actor_config(
-        rollout_n=cfg.rollouts_per_prompt,
-        mini_batch_size=-(-total // cfg.updates_per_step),  # ceil: exactly updates_per_step mini-batches
-        clip_ratio_low=cfg.clip_ratio_low,
-        clip_ratio_high=cfg.clip_ratio_high,
-    )
+    actors: dict[int, Any] = {}
+
+    def actor_for(rollouts: int) -> Any:
+        """veRL's actor config with ``updates_per_step`` mini-batches of a batch of ``rollouts``."""
+        if rollouts not in actors:
+            actors[rollouts] = make_actor_config(
+                rollout_n=cfg.rollouts_per_prompt,
+                mini_batch_size=-(-rollouts // cfg.updates_per_step),  # ceil: updates_per_step mini-batches
+                clip_ratio_low=cfg.clip_ratio_low,
+                clip_ratio_high=cfg.clip_ratio_high,
+            )
+        return actors[rollouts]
+
     gen = _generator(model, 7919 * (ctx.seed + 1))
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
+    stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), allocator, m, total) if cfg.dapo else None
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
     base = {
         "run": spec.label,
         "strategy": spec.strategy,
         "budget_scale": spec.budget_scale,
         "group_weight": coba_cfg.group_weight,
+        "budget_unit": coba_cfg.budget_unit,
         "prior": spec.prior,
         "prior_rollouts": len(ctx.train) * cfg.prior_samples if spec.prior else 0,
+        "dapo": cfg.dapo,
         "seed": ctx.seed,
     }
-    rollouts = 0
+    counts = dict.fromkeys(("rollouts", "rollouts_generated", "tokens_generated", "tokens_trained"), 0)
     fails: list[float] = []  # F_t of every step so far
     row: dict[str, Any] = {}
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
-        ids = ctx.order[step - 1]  # (M,)
-        res = allocator.allocate(ids, total)
-        t_alloc = time.perf_counter() - t0
-        budgets = res.budgets  # (M,) int64, sum == total
-        rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
-        rollout_ids = ids[rows]  # (R,)
-        p_ids, p_mask, resp, rmask = _generate(
-            model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen
-        )
-        texts = decode_responses(ctx.tok, resp, rmask)
-        scores = score_batch(texts, [ctx.train.answers[i] for i in rollout_ids])  # (R,)
-        t_gen = time.perf_counter() - t0 - t_alloc
+        if stream is not None:
+            epoch = stream.drawn // cfg.n_train + 1
+            out = _dapo_rollouts(cfg, ctx, model, stream, gen, coba_cfg.min_rollouts)
+            res = stream.last_allocation  # the latest round's allocation (this step's or an earlier one)
+            t_plugin = out.plugin_s
+            t_gen = time.perf_counter() - t0 - t_plugin
+        else:
+            epoch = (step - 1) // steps_per_epoch + 1
+            ids = ctx.order[step - 1]  # (M,)
+            res = allocator.allocate(ids, total)
+            t_alloc = time.perf_counter() - t0
+            budgets = res.budgets  # (M,) int64, sum == total (rollout budget) or tokens within C
+            wave = _generate_wave(model, ctx, ids, budgets, gen)
+            rollout_ids, resp, rmask = wave.payload
+            rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
+            t_gen = time.perf_counter() - t0 - t_alloc
+            t1 = time.perf_counter()
+            allocator.observe(rollout_ids, wave.scores, wave.lengths)
+            t_plugin = t_alloc + time.perf_counter() - t1
+            p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
+            device = next(model.parameters()).device
+            out = _StepRollouts(
+                batch=RolloutBatch(p_ids.to(device), p_mask.to(device), resp, rmask, wave.scores, rows),
+                budgets=np.asarray(budgets, np.int64),
+                prompt_rates=np.bincount(rows, weights=wave.scores, minlength=m) / budgets,
+                scores=wave.scores,
+                generated_tokens=int(wave.lengths.sum()),
+                trained_tokens=int(wave.lengths.sum()),
+                costs=dict.fromkeys(NO_REFILL, 0) | {"submissions": 1, "rounds": 1},
+            )
         t1 = time.perf_counter()
-        allocator.observe(rollout_ids, scores)
         allocator.end_step()
-        t_plugin = t_alloc + time.perf_counter() - t1
-        zero, groups = zero_gradient_groups(scores, rows)
-        per_prompt = np.bincount(rows, weights=scores, minlength=m) / budgets  # (M,) this step's pass rates
-        in_zero = (per_prompt == 0) | (per_prompt == 1)  # (M,) groups without GRPO signal
+        t_plugin += time.perf_counter() - t1
+        budgets, per_prompt = out.budgets, out.prompt_rates  # (G,) of every generated group
+        in_zero = (per_prompt == 0) | (per_prompt == 1)  # (G,) groups without GRPO signal
         fails.append(1.0 - float(per_prompt.mean()))
         t2 = time.perf_counter()
-        upd = grpo_update(
-            model,
-            optimizer,
-            RolloutBatch(p_ids, p_mask, resp, rmask, scores, rows),
-            actor,
-            grad_clip=cfg.grad_clip,
-            group_weight=coba_cfg.group_weight,
-        )
+        upd: dict[str, float] = {}
+        trained = 0 if out.batch is None else len(out.batch.scores)
+        if out.batch is not None:
+            upd = grpo_update(
+                model, optimizer, out.batch, actor_for(trained), grad_clip=cfg.grad_clip,
+                group_weight=coba_cfg.group_weight,
+            )  # fmt: skip
         t_update = time.perf_counter() - t2
-        rollouts += int(budgets.sum())
+        counts["rollouts"] += trained
+        counts["rollouts_generated"] += int(budgets.sum())
+        counts["tokens_generated"] += out.generated_tokens
+        counts["tokens_trained"] += out.trained_tokens
         row = {
             **base,
             "step": step,
-            "epoch": (step - 1) // steps_per_epoch + 1,
-            "rollouts": rollouts,
+            "epoch": epoch,
+            **counts,
+            "step_rollouts_trained": trained,
+            "step_rollouts_generated": int(budgets.sum()),
+            "step_tokens_generated": out.generated_tokens,
+            "step_tokens_trained": out.trained_tokens,
+            **out.costs,
             "total_budget": total,
-            "train_acc": float(scores.mean()),
+            "train_acc": float(out.scores.mean()),
             "batch_pass_rate": float(per_prompt.mean()),
             "fail_rate": fails[-1],
             "fail_rate_avg3": float(np.mean(fails[-3:])),
-            "zero_grad_share": zero / groups,
+            "zero_grad_share": float(in_zero.mean()),
             "zero_grad_rollout_share": float(budgets[in_zero].sum() / budgets.sum()),
             "all_pass_share": float(np.mean(per_prompt == 1)),
             "all_fail_share": float(np.mean(per_prompt == 0)),
             "pass_hist": pass_histogram(per_prompt),
-            "alpha": res.alpha,  # the Beta that shaped this step's budgets; NaN if none did
-            "beta": res.beta,
-            "alloc_strategy": res.strategy,
-            "tau": res.tau,
+            "alpha": res.alpha if res is not None else float("nan"),  # the Beta that shaped the budgets
+            "beta": res.beta if res is not None else float("nan"),
+            "alloc_strategy": res.strategy if res is not None else "",
+            "tau": res.tau if res is not None else float("nan"),
             "budget_min": int(budgets.min()),
             "budget_max": int(budgets.max()),
             "budget_std": float(budgets.std()),
-            "unseen_prompts": int(np.isnan(res.pass_rates).sum()),
+            "unseen_prompts": int(np.isnan(res.pass_rates).sum()) if res is not None else 0,
             "pg_loss": upd.get("actor/pg_loss", float("nan")),
             "pg_clipfrac": upd.get("actor/pg_clipfrac", float("nan")),
             "ppo_kl": upd.get("actor/ppo_kl", float("nan")),
             "grad_norm": upd.get("actor/grad_norm", float("nan")),
-            "response_len": float(rmask.sum(-1).float().mean()),
+            "response_len": out.generated_tokens / max(1, int(budgets.sum())),
             "gen_s": t_gen,
             "update_s": t_update,
             "plugin_s": t_plugin,
             "step_s": time.perf_counter() - t0,
             "eval_acc": float("nan"),
         }
-        if snapshot is not None and step in snaps:
+        if snapshot is not None and step in snaps and res is not None:
             snapshot(
-                {**base, "step": step, "pass_rates": res.pass_rates.tolist(), "budgets": budgets.tolist()}
+                {**base, "step": step, "pass_rates": res.pass_rates.tolist(), "budgets": res.budgets.tolist()}
             )
         if step in evals:
             ev = evaluate(model, ctx, cfg.eval_samples)

@@ -1,0 +1,205 @@
+"""DAPO dynamic sampling in the lab: M x n rollouts trained, every generated rollout observed once,
+refills from the prompt stream's rounds, and the run rows that count what generation cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.lab import runner
+from coba_verl.lab.config import LabConfig, RunSpec
+from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step, has_spread
+from coba_verl.lab.runner import prompt_order, prompt_stream, train_run
+from tests.lab.test_lab_grpo import TINY, _constant_task_context
+
+N_PROMPTS = 60
+
+
+def _scores_of(prompt: int, b: int) -> np.ndarray:
+    """Prompts 0 mod 3 always fail, 1 mod 3 always pass, 2 mod 3 pass their first rollout only."""
+    kind = prompt % 3
+    if kind == 0:
+        return np.zeros(b)
+    if kind == 1:
+        return np.ones(b)
+    return (np.arange(b) == 0).astype(np.float64)
+
+
+class _Generator:
+    """A fake generation: scores by `_scores_of`, length 3 + prompt % 5 tokens per rollout."""
+
+    def __init__(self) -> None:
+        self.waves: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, ids: np.ndarray, budgets: np.ndarray) -> Wave:
+        self.waves.append((ids.copy(), budgets.copy()))
+        scores = np.concatenate(
+            [_scores_of(p, b) for p, b in zip(ids.tolist(), budgets.tolist(), strict=True)]
+        )
+        lengths = np.concatenate(
+            [np.full(b, 3.0 + p % 5) for p, b in zip(ids.tolist(), budgets.tolist(), strict=True)]
+        )
+        return Wave(scores, lengths)
+
+
+def _allocator(strategy: str, history: bool) -> BudgetAllocator:
+    alloc = BudgetAllocator(CobaConfig(strategy=strategy, max_rollouts=16), num_prompts=N_PROMPTS)
+    if history:  # every prompt seen once with a pass rate in (0, 1), so budgets differ
+        ids = np.arange(N_PROMPTS)
+        alloc.record(ids, 1 + ids % 3, np.full(N_PROMPTS, 4))
+        alloc.end_step()
+    return alloc
+
+
+def _counting_order(start: int = 0):
+    nxt = [start]
+
+    def order(k: int) -> np.ndarray:
+        out = (np.arange(nxt[0], nxt[0] + k) % N_PROMPTS).astype(np.int64)
+        nxt[0] += k
+        return out
+
+    return order
+
+
+@pytest.mark.parametrize(("strategy", "history"), [("uniform", False), ("coba", True), ("knapsack", True)])
+def test_dapo_step_trains_exactly_m_times_n_and_every_generated_rollout_reaches_the_tracker_once(
+    strategy: str, history: bool
+) -> None:
+    m, n = 6, 4
+    alloc = _allocator(strategy, history)
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    observe = alloc.observe
+
+    def spy(ids, scores, lengths=None):
+        seen.append((np.asarray(ids).copy(), np.asarray(scores).copy()))
+        observe(ids, scores, lengths)
+
+    alloc.observe = spy  # type: ignore[method-assign]
+    stream = PromptStream(_counting_order(), alloc, m, m * n)
+    gen = _Generator()
+    step = collect_dapo_step(stream, gen, n=n, min_size=2, max_gen_batches=10)
+    assert step.trained_rollouts == m * n and step.shortfall == 0
+    assert step.submissions == len(gen.waves) > 1  # two thirds of the groups are evicted: refills
+    # every generated rollout observed exactly once: per prompt, the observed count is its budget
+    generated = np.zeros(N_PROMPTS, np.int64)
+    for ids, budgets in gen.waves:
+        np.add.at(generated, ids, budgets)
+    observed = np.zeros(N_PROMPTS, np.int64)
+    for ids, _ in seen:
+        np.add.at(observed, ids, 1)
+    assert observed.tolist() == generated.tolist()
+    assert step.observed_rollouts == step.generated_rollouts == int(generated.sum())
+    _, _, rollouts = alloc.tracker.pending_totals()
+    assert int(rollouts.sum()) == step.generated_rollouts
+    # what is trained has a reward spread in every group; evicted groups are the all-equal ones
+    for w, rows, _ in step.trained:
+        assert has_spread(step.waves[w].scores[rows])
+    assert step.evicted == sum(not has_spread(g.scores) for g in step.groups)
+
+
+def test_uniform_dapo_trains_the_first_m_ready_groups_whole() -> None:
+    """With every group n rollouts, the rollout-counted rule is veRL's group-counted one."""
+    m, n = 6, 4
+    stream = PromptStream(_counting_order(), _allocator("uniform", False), m, m * n)
+    step = collect_dapo_step(stream, _Generator(), n=n, min_size=2, max_gen_batches=10)
+    ready = [g for g in step.groups if has_spread(g.scores)]
+    assert [k for _, _, k in step.trained] == list(range(m))
+    assert [(w, rows.tolist()) for w, rows, _ in step.trained] == [
+        (g.wave, g.rows.tolist()) for g in ready[:m]
+    ]
+    assert step.cut_rollouts == 0 and step.surplus == len(ready) - m
+
+
+class _OneFails(_Generator):
+    """Prompt 0 fails every rollout; every other prompt passes its first rollout only."""
+
+    def __call__(self, ids: np.ndarray, budgets: np.ndarray) -> Wave:
+        wave = super().__call__(ids, budgets)
+        wave.scores = np.concatenate(
+            [
+                np.zeros(b) if p == 0 else (np.arange(b) == 0) * 1.0
+                for p, b in zip(ids.tolist(), budgets.tolist(), strict=True)
+            ]
+        )
+        return wave
+
+
+def test_refill_credit_is_two_prompts_per_evicted_group_and_refills_continue_the_round() -> None:
+    m, n = 6, 4
+    stream = PromptStream(_counting_order(), _allocator("uniform", False), m, m * n)
+    gen = _OneFails()
+    step = collect_dapo_step(stream, gen, n=n, min_size=2, max_gen_batches=10)
+    assert [ids.tolist() for ids, _ in gen.waves] == [[0, 1, 2, 3, 4, 5], [6, 7]]  # 1 evicted: 2 refilled
+    assert step.evicted == 1 and step.surplus == 1 and step.trained_rollouts == 24
+    assert step.allocations and len(step.allocations) == 2  # the refill opened a second round of M
+    # the round's rest (prompts 8-11) goes out first in the next step, then a new round
+    nxt = collect_dapo_step(stream, gen, n=n, min_size=2, max_gen_batches=10)
+    assert gen.waves[2][0].tolist() == [8, 9, 10, 11, 12, 13] and nxt.submissions == 1
+
+
+def test_a_cut_group_keeps_its_reward_spread_and_the_cut_rollouts_are_observed() -> None:
+    m, n = 4, 4
+    alloc = _allocator("coba", True)
+    stream = PromptStream(_counting_order(2), alloc, m, m * n)  # starts at a mixed prompt
+    step = collect_dapo_step(stream, _Generator(), n=n, min_size=2, max_gen_batches=10)
+    sizes = [rows.size for _, rows, _ in step.trained]
+    assert sum(sizes) == m * n
+    full = {(g.wave, int(g.rows[0])): g.size for g in step.groups}
+    cut = [(w, rows) for w, rows, _ in step.trained if rows.size < full[(w, int(rows[0]))]]
+    assert len(cut) == (1 if step.cut_rollouts else 0)
+    for w, rows in cut:
+        assert has_spread(step.waves[w].scores[rows])
+
+
+def test_the_generation_cap_trains_what_is_ready_and_records_the_shortfall() -> None:
+    m, n = 6, 4
+    stream = PromptStream(lambda k: np.zeros(k, np.int64), _allocator("uniform", False), m, m * n)  # all fail
+    step = collect_dapo_step(stream, _Generator(), n=n, min_size=2, max_gen_batches=3)
+    assert step.prompts == 3 * m and step.trained == [] and step.shortfall == m * n
+    assert step.observed_rollouts == step.generated_rollouts == 3 * m * n
+
+
+def test_prompt_stream_continues_prompt_order() -> None:
+    nxt = prompt_stream(10, 3)
+    assert np.concatenate([nxt(7), nxt(13)]).tolist() == prompt_order(10, 4, 5, 3).reshape(-1).tolist()
+
+
+def test_dapo_run_rows_count_generated_and_trained_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    observed = [0]
+    real = runner.BudgetAllocator.observe
+
+    def spy(self, ids, scores, lengths=None):
+        observed[0] += int(np.size(ids))
+        return real(self, ids, scores, lengths)
+
+    monkeypatch.setattr(runner.BudgetAllocator, "observe", spy)
+    cfg = LabConfig(
+        **TINY, runs=["coba"], n_train=10, n_eval=10, steps=6, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=6, eval_samples=1, lr=3e-3, dapo=True,
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec("coba"), rows.append)
+    for r in rows:
+        assert r["step_rollouts_trained"] + r["shortfall"] == 20
+        assert r["step_rollouts_generated"] >= r["step_rollouts_trained"]
+        assert r["step_tokens_generated"] >= r["step_tokens_trained"] > 0 or r["shortfall"] == 20
+    assert rows[-1]["rollouts_generated"] == sum(r["step_rollouts_generated"] for r in rows) == observed[0]
+    assert rows[-1]["tokens_generated"] == sum(r["step_tokens_generated"] for r in rows)
+
+
+def test_without_dapo_generated_equals_trained() -> None:
+    cfg = LabConfig(
+        **TINY, runs=["uniform"], n_train=10, n_eval=10, steps=3, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=3, eval_samples=1,
+    )  # fmt: skip
+    rows: list[dict] = []
+    train_run(cfg, _constant_task_context(cfg), RunSpec("uniform"), rows.append)
+    assert all(r["rollouts_generated"] == r["rollouts"] == 20 * r["step"] for r in rows)
+    assert all(r["tokens_generated"] == r["tokens_trained"] and r["submissions"] == 1 for r in rows)
+
+
+def test_dapo_with_a_token_budget_is_refused_naming_the_run() -> None:
+    with pytest.raises(ValueError, match=r"run 'coba\+token_budget': a token budget .* with dapo=true"):
+        LabConfig(**TINY, runs=["uniform", "coba+token_budget"], dapo=True)
