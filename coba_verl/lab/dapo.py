@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
+from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
 
 __all__ = ["PromptStream", "Wave", "DapoStep", "collect_dapo_step", "has_spread"]
 

@@ -5,15 +5,15 @@ repeated rows).
 Modules:
     config_bridge  ``coba`` config node -> `CobaConfig`; the refused veRL configurations.
     dataloader     `CobaDataLoader`: veRL's training loader, checkpointing the allocator in data.pt.
-    trainer        `CobaBudgets` in `CobaTrainer` (V1 sync, ``trainer_mode=coba_sync``) and
-                   `CobaColocateAsyncTrainer` (``coba_colocate_async``); the step's rollout ledger.
+    trainer        `CobaBudgets` in `CobaTrainer` (V1 sync, ``trainer_mode=coba_sync``),
+                   `CobaColocateAsyncTrainer` (``coba_colocate_async``) and `CobaSeparateAsyncTrainer`
+                   (``coba_separate_async``); the step's rollout ledger.
     replay_buffer  `CobaReplayBuffer` / `CobaReplayBufferAsync`: veRL's buffers, showing the tracker
                    every group they clear; with budgets an update trains exactly M x n rollouts.
-    trained_budget which finished groups a DAPO step trains.
     sessions       a V1 group's sessions from its trajectory keys.
     classic        `CobaRayPPOTrainer` and `CobaTaskRunner`: the classic trainer (``trainer.use_v1=false``).
     index_reward   a reward wrapper recording each sample's prompt index (``coba-verl estimate``).
-    progress       a progress count over veRL's validation loop.
+    progress       the step's line and a progress count over veRL's validation loop.
     run_summary    a short summary of a run, read from veRL's file logger.
     registration   target of the ``verl.plugins`` entry point; imports `trainer`.
     main           ``python -m coba_verl.main`` / ``coba-verl train``: checks, then veRL's ``run_ppo``.

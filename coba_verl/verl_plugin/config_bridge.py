@@ -211,7 +211,7 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
 
     Under a token budget sum_i B_i varies. The V1 sync trainer without DAPO trains whatever was
     generated (``_balance_batch`` pads any count to its mini-batch multiple), so it is supported
-    there. DAPO and failed-group refill train exactly M x rollout.n rollouts (`trained_budget`),
+    there. DAPO and failed-group refill train exactly M x rollout.n rollouts (`core.trained_budget`),
     a count a token budget does not keep; the classic trainer's batch is sized as M x rollout.n
     rows before generation (`coba_verl.verl_plugin.classic`).
 

@@ -43,9 +43,9 @@ from verl.trainer.ppo.v1.replay_buffer import (
     _accumulate_eviction_metrics,
 )
 
+from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
 from coba_verl.framework_api import constructor_arguments
 from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
-from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 ``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
                              groups DAPO evicts or discards to the tracker before clearing them and,
                              under DAPO with budgets, trains exactly M * rollout.n rollouts a step
-                             (`trained_budget`; the sessions it cuts go to the tracker too).
+                             (`core.trained_budget`; the sessions it cuts go to the tracker too).
 ``_next_train_batch``        prompts in sampler order, allocated a round of M = train_batch_size
                              at a time: B = allocate(ids, M * rollout.n), ``batch["__rollout_n__"]
                              = B`` (int64), which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as

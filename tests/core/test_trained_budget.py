@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
+from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
 
 
 def test_groups_that_fit_are_taken_whole_in_order():
