@@ -76,7 +76,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.core.step_line import step_line
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
@@ -195,7 +195,7 @@ def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str
         (len(keys),) float64.
     """
     factors = np.ones(len(keys), dtype=np.float64)
-    if group_weight == "tokens":
+    if check_group_weight(group_weight) == "proportional":
         return factors
     rows, sessions = [], []
     for i, (key, tag) in enumerate(zip(keys, tags, strict=True)):
@@ -316,7 +316,7 @@ class CobaBudgets:
         """veRL's advantage (GRPO groups by uid, any group size), weighted per group; feed the tracker."""
         batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
-        if self.coba_config.group_weight != "tokens":
+        if self.coba_config.group_weight != "proportional":
             batch = self._weight_advantages(batch)
         groups = final_outputs(batch.keys, batch.tags)
         self._count_cost(list(batch.tags))

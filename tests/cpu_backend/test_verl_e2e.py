@@ -338,7 +338,7 @@ def test_equal_group_weight_scales_the_advantages_veRL_trains_by_the_group_facto
         low, high = grpo_advantage_range(tmp_path, s["step"], "equal")
         assert s["critic/advantages/min"] == pytest.approx(low, rel=1e-4, abs=1e-5), s["step"]
         assert s["critic/advantages/max"] == pytest.approx(high, rel=1e-4, abs=1e-5), s["step"]
-    plain = grpo_advantage_range(tmp_path, 3, "tokens")
+    plain = grpo_advantage_range(tmp_path, 3, "proportional")
     assert plain != pytest.approx(grpo_advantage_range(tmp_path, 3, "equal"))  # the check has teeth
 
 
