@@ -479,15 +479,19 @@ def test_gpu_layout_every_request_uses_the_last_update_and_none_reaches_a_sleepi
         assert {r["global_steps"] for r in requests} == {step - 1}
 
 
-def test_gpu_layout_spreads_requests_over_replicas_and_trains_uniforms_rows_and_steps(layout):
-    """veRL's router balances requests in flight over all replicas (least loaded, random ties); a
-    step's requests split about evenly, a prompt's own sessions need not (docs/verl.md)."""
+def test_gpu_layout_serves_each_request_once_on_replicas_that_all_take_every_update(layout):
+    """Which replica serves a request is veRL's router's choice (least loaded in flight, random
+    ties), and how evenly it splits depends on how fast each replica finishes on the machine at the
+    time, so no split is pinned (docs/verl.md). What the package promises: every replica takes the
+    weights of every update before the next step, every request is served once, by one replica,
+    and the step trains uniform's rows and optimizer steps."""
+    steps = sorted(requests_by_step(layout))
+    for replica, timeline in layout.timelines.items():
+        updates = {entry["global_steps"] for entry in timeline if entry.get("event") == "update_weights"}
+        assert {step - 1 for step in steps} <= updates, (replica, sorted(updates))
     for requests in requests_by_step(layout).values():
-        per_replica = Counter(r["replica"] for r in requests)
-        assert min(per_replica.values()) >= 0.4 * len(requests)
-        largest = Counter(tuple(r["prompt_ids"]) for r in requests).most_common(1)[0][0]
-        on = Counter(r["replica"] for r in requests if tuple(r["prompt_ids"]) == largest)
-        assert len(on) == 2  # the largest group is served by both replicas
+        served = Counter(r["request_id"] for r in requests)
+        assert set(served.values()) == {1}  # no request served twice, on one replica or two
     for s in layout.steps:
         assert {key: s[key] for key in LAYOUT_UNIFORM_STEP} == LAYOUT_UNIFORM_STEP
 
