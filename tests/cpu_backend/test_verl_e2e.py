@@ -32,10 +32,13 @@ update does not depend on the order either.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -73,31 +76,47 @@ def tiny(tmp_path_factory) -> Path:
     )  # fmt: skip
 
 
+def tiny_command(tiny: Path, out: Path, *overrides: str, script=("-m", "coba_verl.main"), ckpt=None) -> list:
+    """``python -m coba_verl.main`` (or ``script``) on the tiny recipe, writing under ``out``
+    (checkpoints under ``ckpt``, default ``out / "ckpt"``)."""
+    return [
+        sys.executable, *script,
+        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
+        f"data.train_files={tiny / 'train.parquet'}", f"data.val_files={tiny / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={tiny / 'model'}",
+        f"trainer.default_local_dir={ckpt or out / 'ckpt'}",
+        "trainer.logger=[console,file]", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        f"trainer.rollout_data_dir={out / 'rollouts'}",
+        "coba_cpu.allow_with_cuda=true",  # the same CPU run on a machine that also has a GPU
+        *overrides,
+    ]  # fmt: skip
+
+
+def tiny_env(out: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    log = str(out / "metrics.jsonl")
+    return {**os.environ, "VERL_FILE_LOGGER_PATH": log, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+
+
+def step_metrics(out: Path) -> list[dict]:
+    """veRL's step metrics of the run that wrote under ``out``."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{**row["data"], "step": row["step"]} for row in rows if "timing_s/step" in row["data"]]
+
+
 def train(
     tiny: Path,
     out: Path,
     *overrides: str,
     script: tuple[str, ...] = ("-m", "coba_verl.main"),
     env: dict[str, str] | None = None,
+    ckpt: Path | None = None,
 ) -> list:
     """Run ``python -m coba_verl.main`` (or ``script``) on the tiny recipe; return veRL's step metrics."""
-    log = out / "metrics.jsonl"
-    command = [
-        sys.executable, *script,
-        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
-        f"data.train_files={tiny / 'train.parquet'}", f"data.val_files={tiny / 'test.parquet'}",
-        f"actor_rollout_ref.model.path={tiny / 'model'}",
-        f"trainer.default_local_dir={out / 'ckpt'}",
-        "trainer.logger=[console,file]", "trainer.val_before_train=false", "trainer.test_freq=-1",
-        f"trainer.rollout_data_dir={out / 'rollouts'}",
-        "coba_cpu.allow_with_cuda=true",  # the same CPU run on a machine that also has a GPU
-        *overrides,
-    ]  # fmt: skip
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    command = tiny_command(tiny, out, *overrides, script=script, ckpt=ckpt)
+    env = tiny_env(out, env)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    return [{**row["data"], "step": row["step"]} for row in rows if "timing_s/step" in row["data"]]
+    return step_metrics(out)
 
 
 def trained(out: Path, step: int) -> list[dict]:
@@ -557,3 +576,130 @@ def test_colocate_async_trains_m_times_n_rollouts_an_update_on_the_hf_servers_pa
         for line in log.read_text().splitlines()
     ]
     assert events.count("abort") >= 4 and events.count("resume_generation") >= 3  # one per update
+
+
+# ---------------------------------------------------------------------- killed, then resumed
+#: The step during which a run is killed; the uninterrupted reference is `coba_run`'s V1 run
+#: (4 steps, a checkpoint every step), whose settings the killed run repeats.
+KILL_STEP = 3
+KILL_RUN = ("trainer.total_training_steps=4", "trainer.save_freq=1")
+
+
+def _log_entries(logs: Path) -> list[dict]:
+    """The hf servers' request and event log so far (a line being written is skipped)."""
+    entries = []
+    for path in sorted(logs.glob("requests-*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return entries
+
+
+def kill_point_reached(point: str, logs: Path, ckpt: Path) -> bool:
+    """Whether the run is at ``point`` of step `KILL_STEP`:
+
+    * ``generation``: the hf server got a request of the step (served with the weights of the
+      update before it);
+    * ``update``: after the step's requests the replicas went to sleep (veRL's ``on_sample_end``):
+      the trainer is computing log-probs and advantages and updating the actor, before its
+      checkpoint;
+    * ``checkpoint``: the step's checkpoint folder exists while veRL's tracker
+      (``latest_checkpointed_iteration.txt``, written last, ``trainer_base.py:1021-1025``) still
+      names the step before: the checkpoint is being written.
+    """
+    if point == "checkpoint":
+        tracker = ckpt / "latest_checkpointed_iteration.txt"
+        written = tracker.read_text().strip() if tracker.exists() else ""
+        return (ckpt / f"global_step_{KILL_STEP}").exists() and written == str(KILL_STEP - 1)
+    seen_request = False
+    for entry in _log_entries(logs):
+        if entry.get("request_id") is not None and entry.get("global_steps") == KILL_STEP - 1:
+            if point == "generation":
+                return True
+            seen_request = True
+        elif seen_request and entry.get("event") == "sleep":
+            return True
+    return False
+
+
+def run_and_kill(tiny: Path, out: Path, point: str, *overrides: str, timeout: float = 600) -> SimpleNamespace:
+    """Start the tiny recipe in a process group of its own, SIGKILL the whole group at ``point``,
+    and wait (60 s at most) for every process it had started (Ray's included) to be gone."""
+    import psutil
+
+    from coba_verl.cpu.rollout import REQUEST_LOG_ENV
+
+    logs, ckpt = out / "requests", out / "ckpt"
+    logs.mkdir()
+    console = (out / "console.log").open("w")
+    env = tiny_env(out, {REQUEST_LOG_ENV: str(logs)})
+    proc = subprocess.Popen(
+        tiny_command(tiny, out, *overrides), env=env, cwd=out, stdout=console, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while not kill_point_reached(point, logs, ckpt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (out / "console.log").read_text()[-3000:]
+                raise AssertionError(
+                    f"the run ended (exit {proc.returncode}) or timed out before {point}:\n{tail}"
+                )
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGSTOP)  # frozen at the point while its processes are listed
+        root = psutil.Process(proc.pid)
+        family = {p.pid: p for p in [root, *root.children(recursive=True)]}
+        for p in psutil.process_iter():  # anything else of its session, e.g. a daemon in a group of its own
+            with contextlib.suppress(psutil.Error):
+                if os.getsid(p.pid) == proc.pid:
+                    family.setdefault(p.pid, p)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        console.close()
+    _, alive = psutil.wait_procs(list(family.values()), timeout=60)
+    tracker = ckpt / "latest_checkpointed_iteration.txt"
+    return SimpleNamespace(
+        out=out, ckpt=ckpt, family=len(family), alive=[f"{p.pid} {p.name()}" for p in alive],
+        tracker=int(tracker.read_text()) if tracker.exists() else 0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("coba_run", "point"),
+    [
+        ("v1", "checkpoint"),
+        pytest.param("v1", "generation", marks=pytest.mark.e2e_extended),
+        pytest.param("v1", "update", marks=pytest.mark.e2e_extended),
+    ],
+    indirect=["coba_run"],
+)  # one kill point in the default run (about 2.5 minutes on an idle 2-core machine), all three with -m e2e
+def test_a_run_killed_mid_step_resumes_from_its_last_whole_checkpoint_with_the_same_budgets(
+    coba_run, point, tiny, tmp_path
+):
+    """SIGKILL of the whole process group of a V1 sync run during step 3 (`kill_point_reached`), then
+    a relaunch with ``trainer.resume_mode=auto`` on the same checkpoint folder: nothing of the
+    killed run (Ray included) is left; the relaunch resumes from the last checkpoint veRL's tracker
+    names (step 2), never from the half-written one, and its steps 3 and 4 give every prompt the
+    uninterrupted run's budget (as `test_resume_from_a_checkpoint_reproduces_the_budgets` explains,
+    two steps after a checkpoint are reproducible)."""
+    (tmp_path / "killed").mkdir(), (tmp_path / "resumed").mkdir()
+    killed = run_and_kill(tiny, tmp_path / "killed", point, *KILL_RUN)
+    assert killed.family > 3 and killed.alive == []  # the driver, Ray's daemons and workers: all gone
+    assert killed.tracker == KILL_STEP - 1
+    if point == "checkpoint":
+        assert (killed.ckpt / f"global_step_{KILL_STEP}").exists()  # half-written, not named by the tracker
+    resumed = train(tiny, tmp_path / "resumed", *KILL_RUN, "trainer.resume_mode=auto", ckpt=killed.ckpt)
+    assert [s["step"] for s in resumed] == [KILL_STEP, KILL_STEP + 1]
+    assert len(set(budgets(coba_run.out, KILL_STEP).values())) > 1  # epoch 2: the budgets differ
+    for step in (KILL_STEP, KILL_STEP + 1):
+        assert budgets(tmp_path / "resumed", step) == budgets(coba_run.out, step), step
+    for before, after in zip(coba_run.steps[KILL_STEP - 1 :], resumed, strict=True):
+        for key in ALLOCATION_METRICS:
+            name = f"coba/{key}"
+            assert np.isclose(before.get(name, np.nan), after.get(name, np.nan), equal_nan=True), (
+                before["step"], name,
+            )  # fmt: skip
