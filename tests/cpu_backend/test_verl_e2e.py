@@ -583,6 +583,10 @@ def test_colocate_async_trains_m_times_n_rollouts_an_update_on_the_hf_servers_pa
 #: (4 steps, a checkpoint every step), whose settings the killed run repeats.
 KILL_STEP = 3
 KILL_RUN = ("trainer.total_training_steps=4", "trainer.save_freq=1")
+#: Extra settings of a kill point's two launches: at ``update`` the replicas sleep after generation
+#: (veRL's default; the CPU backend's is not to), so that the end of generation is logged. The
+#: ``hf`` server's samples do not depend on it.
+KILL_POINT_RUN = {"update": ("actor_rollout_ref.rollout.free_cache_engine=true",)}
 
 
 def _log_entries(logs: Path) -> list[dict]:
@@ -602,17 +606,22 @@ def kill_point_reached(point: str, logs: Path, ckpt: Path) -> bool:
 
     * ``generation``: the hf server got a request of the step (served with the weights of the
       update before it);
-    * ``update``: after the step's requests the replicas went to sleep (veRL's ``on_sample_end``):
-      the trainer is computing log-probs and advantages and updating the actor, before its
-      checkpoint;
-    * ``checkpoint``: the step's checkpoint folder exists while veRL's tracker
-      (``latest_checkpointed_iteration.txt``, written last, ``trainer_base.py:1021-1025``) still
-      names the step before: the checkpoint is being written.
+    * ``update``: after the step's requests the replicas went to sleep (veRL's ``on_sample_end``;
+      logged with ``rollout.free_cache_engine=true``, see `KILL_POINT_RUN`): the trainer is past
+      generation and before its checkpoint, computing log-probs and advantages and updating the
+      actor (0.5 s in all on the tiny model, so the kill lands early in it);
+    * ``checkpoint``: the step's checkpoint is being written: its actor part is on disk and veRL
+      is opening ``data.pt``, where it waits, because `hold_checkpoint` put a named pipe with no
+      reader there; veRL's tracker (``latest_checkpointed_iteration.txt``, written last,
+      ``trainer_base.py:1021-1025``) still names the step before. (The whole save takes about
+      20 ms on the tiny model, too short to catch from outside.)
     """
     if point == "checkpoint":
-        tracker = ckpt / "latest_checkpointed_iteration.txt"
-        written = tracker.read_text().strip() if tracker.exists() else ""
-        return (ckpt / f"global_step_{KILL_STEP}").exists() and written == str(KILL_STEP - 1)
+        actor = ckpt / f"global_step_{KILL_STEP}" / "actor"
+        if not (actor / "huggingface").is_dir() or not list(actor.glob("extra_state_*.pt")):
+            return False
+        time.sleep(2)  # the actor part is written; veRL now waits at data.pt's open
+        return True
     seen_request = False
     for entry in _log_entries(logs):
         if entry.get("request_id") is not None and entry.get("global_steps") == KILL_STEP - 1:
@@ -624,22 +633,58 @@ def kill_point_reached(point: str, logs: Path, ckpt: Path) -> bool:
     return False
 
 
+def hold_checkpoint(ckpt: Path) -> Path:
+    """A named pipe with no reader where step `KILL_STEP`'s ``data.pt`` goes: veRL's ``torch.save``
+    blocks opening it, after the checkpoint's actor part and before its tracker."""
+    folder = ckpt / f"global_step_{KILL_STEP}"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "data.pt")
+    return folder / "data.pt"
+
+
+def half_write(pipe: Path) -> None:
+    """Leave what a kill during the write of ``data.pt`` leaves: the first bytes of a file."""
+    pipe.unlink()
+    pipe.write_bytes(b"PK\x03\x04")  # the start of torch.save's zip archive, and nothing else
+
+
+def _session(root, sid: int) -> dict:
+    """pid -> process of ``root`` and its descendants that are in session ``sid`` (Ray's workers
+    run in process groups of their own, in the session of the run)."""
+    import psutil
+
+    members = {}
+    try:
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return members
+    for p in processes:
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getsid(p.pid) == sid:
+                members[p.pid] = p
+    return members
+
+
 def run_and_kill(tiny: Path, out: Path, point: str, *overrides: str, timeout: float = 600) -> SimpleNamespace:
-    """Start the tiny recipe in a process group of its own, SIGKILL the whole group at ``point``,
-    and wait (60 s at most) for every process it had started (Ray's included) to be gone."""
+    """Start the tiny recipe in a session of its own, SIGKILL every process of the session at once
+    at ``point`` (as a node failure or a job scheduler's cancel would: the driver, Ray's daemons,
+    and Ray's workers, which run in process groups of their own), then wait 60 s at most for
+    every process the run had started, in its session or not, to be gone."""
     import psutil
 
     from coba_verl.cpu.rollout import REQUEST_LOG_ENV
 
     logs, ckpt = out / "requests", out / "ckpt"
     logs.mkdir()
+    pipe = hold_checkpoint(ckpt) if point == "checkpoint" else None
     console = (out / "console.log").open("w")
     env = tiny_env(out, {REQUEST_LOG_ENV: str(logs)})
     proc = subprocess.Popen(
         tiny_command(tiny, out, *overrides), env=env, cwd=out, stdout=console, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + timeout
+    root = psutil.Process(proc.pid)
+    deadline, family, listed = time.monotonic() + timeout, {}, 0.0
     try:
         while not kill_point_reached(point, logs, ckpt):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -647,20 +692,28 @@ def run_and_kill(tiny: Path, out: Path, point: str, *overrides: str, timeout: fl
                 raise AssertionError(
                     f"the run ended (exit {proc.returncode}) or timed out before {point}:\n{tail}"
                 )
+            if time.monotonic() - listed > 0.5:  # the run's processes, listed ahead of the kill
+                with contextlib.suppress(psutil.Error):
+                    family.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+                listed = time.monotonic()
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGSTOP)  # frozen at the point while its processes are listed
-        root = psutil.Process(proc.pid)
-        family = {p.pid: p for p in [root, *root.children(recursive=True)]}
-        for p in psutil.process_iter():  # anything else of its session, e.g. a daemon in a group of its own
-            with contextlib.suppress(psutil.Error):
-                if os.getsid(p.pid) == proc.pid:
-                    family.setdefault(p.pid, p)
+        killed = _session(root, proc.pid)
+        for pid in killed:  # the session at once; then whatever of it the listing had missed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            for pid in set(_session(root, proc.pid)) - set(killed):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        family.update(killed)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # a failed wait above: do not leave the run behind
         proc.wait()
         console.close()
     _, alive = psutil.wait_procs(list(family.values()), timeout=60)
+    if pipe is not None:
+        half_write(pipe)
     tracker = ckpt / "latest_checkpointed_iteration.txt"
     return SimpleNamespace(
         out=out, ckpt=ckpt, family=len(family), alive=[f"{p.pid} {p.name()}" for p in alive],
@@ -680,19 +733,20 @@ def run_and_kill(tiny: Path, out: Path, point: str, *overrides: str, timeout: fl
 def test_a_run_killed_mid_step_resumes_from_its_last_whole_checkpoint_with_the_same_budgets(
     coba_run, point, tiny, tmp_path
 ):
-    """SIGKILL of the whole process group of a V1 sync run during step 3 (`kill_point_reached`), then
+    """SIGKILL of every process of a V1 sync run during step 3 (`kill_point_reached`), then
     a relaunch with ``trainer.resume_mode=auto`` on the same checkpoint folder: nothing of the
     killed run (Ray included) is left; the relaunch resumes from the last checkpoint veRL's tracker
     names (step 2), never from the half-written one, and its steps 3 and 4 give every prompt the
     uninterrupted run's budget (as `test_resume_from_a_checkpoint_reproduces_the_budgets` explains,
     two steps after a checkpoint are reproducible)."""
     (tmp_path / "killed").mkdir(), (tmp_path / "resumed").mkdir()
-    killed = run_and_kill(tiny, tmp_path / "killed", point, *KILL_RUN)
+    overrides = (*KILL_RUN, *KILL_POINT_RUN.get(point, ()))
+    killed = run_and_kill(tiny, tmp_path / "killed", point, *overrides)
     assert killed.family > 3 and killed.alive == []  # the driver, Ray's daemons and workers: all gone
     assert killed.tracker == KILL_STEP - 1
-    if point == "checkpoint":
-        assert (killed.ckpt / f"global_step_{KILL_STEP}").exists()  # half-written, not named by the tracker
-    resumed = train(tiny, tmp_path / "resumed", *KILL_RUN, "trainer.resume_mode=auto", ckpt=killed.ckpt)
+    if point == "checkpoint":  # the half-written folder: the actor part and 4 bytes of data.pt
+        assert (killed.ckpt / f"global_step_{KILL_STEP}" / "data.pt").stat().st_size == 4
+    resumed = train(tiny, tmp_path / "resumed", *overrides, "trainer.resume_mode=auto", ckpt=killed.ckpt)
     assert [s["step"] for s in resumed] == [KILL_STEP, KILL_STEP + 1]
     assert len(set(budgets(coba_run.out, KILL_STEP).values())) > 1  # epoch 2: the budgets differ
     for step in (KILL_STEP, KILL_STEP + 1):
