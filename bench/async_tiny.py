@@ -1,10 +1,11 @@
-"""Uniform GRPO against CoBA-RL in veRL's ``colocate_async`` trainer, side by side, on the tiny recipe.
+"""Uniform GRPO against CoBA-RL in veRL's async trainers, side by side, on the tiny recipe.
 
     python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
-    python bench/async_tiny.py                                  # seeds 0 1, 16 steps each
+    python bench/async_tiny.py                                  # colocate_async, seeds 0 1, 16 steps each
     python bench/async_tiny.py --seeds 0 1 2 --steps 32 trainer.v1.colocate_async.num_warmup_batches=2
+    python bench/async_tiny.py --mode separate_async            # a standalone hf server, 2 updates a sync
 
-Each seed runs ``python -m coba_verl.main trainer.v1.trainer_mode=colocate_async`` twice, uniform then
+Each seed runs ``python -m coba_verl.main trainer.v1.trainer_mode=<mode>`` twice, uniform then
 CoBA, one after the other on the same data, model and seed (``data.seed`` and the rollout seed), and
 reads veRL's own metrics from its file logger. Per strategy, over all steps of all seeds:
 
@@ -36,11 +37,20 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = ("uniform", "coba")
+#: what each mode needs on the tiny recipe (M = 16 = parameter_sync_step x ppo_mini_batch_size 8)
+MODE_OVERRIDES = {
+    "colocate_async": [],
+    "separate_async": [
+        "trainer.v1.separate_async.parameter_sync_step=2",
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+    ],
+}
 
 
-def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) -> list[dict]:
-    """One colocate_async run of the tiny recipe; veRL's per-step metrics (with the final validation)."""
-    work = Path(tempfile.mkdtemp(prefix=f"async_{strategy}_{seed}_"))
+def run(data: Path, strategy: str, seed: int, steps: int, mode: str, overrides: list[str]) -> list[dict]:
+    """One run of the tiny recipe in ``mode``; veRL's per-step metrics (with the final validation)."""
+    work = Path(tempfile.mkdtemp(prefix=f"{mode}_{strategy}_{seed}_"))
     log = work / "metrics.jsonl"
     command = [
         sys.executable, "-m", "coba_verl.main",
@@ -48,7 +58,7 @@ def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) 
         f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
         f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
         f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
-        "trainer.v1.trainer_mode=colocate_async", f"trainer.total_training_steps={steps}",
+        f"trainer.v1.trainer_mode={mode}", *MODE_OVERRIDES[mode], f"trainer.total_training_steps={steps}",
         f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
         "trainer.val_before_train=false", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
         *overrides,
@@ -95,6 +105,7 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", default="~/data/coba/tiny_cpu", help="output of python -m coba_verl.arithmetic.tiny"
     )
+    parser.add_argument("--mode", choices=sorted(MODE_OVERRIDES), default="colocate_async")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, for both strategies")
@@ -103,9 +114,9 @@ def main() -> None:
     results = {strategy: [] for strategy in STRATEGIES}
     for seed in args.seeds:
         for strategy in STRATEGIES:
-            results[strategy].append(run(data, strategy, seed, args.steps, args.overrides))
+            results[strategy].append(run(data, strategy, seed, args.steps, args.mode, args.overrides))
     table = {strategy: summary(rows) for strategy, rows in results.items()}
-    print(f"colocate_async, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}")
+    print(f"{args.mode}, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}")
     print(f"{'':16}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
     for key in table["uniform"]:
         u, c = table["uniform"][key], table["coba"][key]

@@ -13,7 +13,6 @@ import importlib
 import importlib.util
 import sys
 from importlib import resources
-from typing import NoReturn, TypeVar
 
 from coba_verl import __version__
 
@@ -23,11 +22,6 @@ COMMANDS = {
     "estimate": ("coba_verl.verl_plugin.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
 }
-
-#: Exit status of a refusal of ours (as for a usage error).
-REFUSAL_STATUS = 2
-
-E = TypeVar("E", bound=BaseException)
 
 #: command -> (the extra that brings it, the top-level modules of that extra it imports).
 NEEDS = {
@@ -48,39 +42,6 @@ def missing_extra(name: str) -> str | None:
         f"coba-verl {name}: needs the '{extra}' extra, not installed here (no module {', '.join(missing)}).\n"
         f'  in a clone: pip install -e ".[{extra}]"    (on CPU: pip install torch==2.13.0 -e ".[{extra}]")\n'
     )
-
-
-def refuse(reason: BaseException | str) -> NoReturn:
-    """Print a refusal as one line, ``coba-verl: <message>``, on stderr and exit with `REFUSAL_STATUS`.
-
-    The one way every entry point (``coba_verl.main``, ``coba-verl estimate``,
-    ``coba_verl.openrlhf.train``) reports a setting or input it refuses; a message of several
-    lines is joined into one.
-    """
-    message = " ".join(str(reason).splitlines())
-    print(f"coba-verl: {message}", file=sys.stderr)
-    sys.exit(REFUSAL_STATUS)
-
-
-def carried_error(error: BaseException, kind: type[E]) -> E | None:
-    """The ``kind`` error that ``error`` is or carries, or None: what a Ray worker raised, or a cause.
-
-    Ray re-raises a remote error as ``RayTaskError(<its type>)``, an instance of both types whose
-    str is the remote traceback; the remote error itself is its ``cause``, so a carrier is opened
-    before its type is looked at, and the message printed is the remote one.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        remote = getattr(current, "cause", None)  # RayTaskError.cause: the error the worker raised
-        if isinstance(remote, BaseException):
-            current = remote
-        elif isinstance(current, kind):
-            return current
-        else:
-            current = current.__cause__
-    return None
 
 
 def _usage() -> str:

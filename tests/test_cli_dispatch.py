@@ -124,3 +124,22 @@ def test_estimate_hands_its_flags_to_itself_and_the_rest_to_hydra(monkeypatch, t
     (request, argv), = seen
     assert (request.output, request.samples) == (out, 3)
     assert argv == ["coba-verl estimate", "+coba_cpu=cpu", "coba.kappa=7"]
+
+
+def test_estimate_prints_a_refusal_as_one_line_and_exits_2(tmp_path):
+    """`coba-verl estimate` runs under the same `exit_on_refusal` as `coba-verl train`."""
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "missing.parquet"
+    done = subprocess.run(
+        [sys.executable, "-m", "coba_verl.cli", "estimate", "--output", str(tmp_path / "p.jsonl"),
+         f"data.train_files={missing}", f"data.val_files={missing}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "HYDRA_FULL_ERROR": "1"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("coba-verl:")]
+    assert ours == [done.stderr.splitlines()[-1]] and "missing.parquet does not exist" in ours[0]
+    assert "Traceback" not in done.stderr

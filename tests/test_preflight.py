@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin import preflight
-from coba_verl.verl_plugin.preflight import CobaRefusal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,42 +142,6 @@ def test_resume_is_announced_at_warning_with_step_and_folder(tmp_path, caplog):
     cfg.trainer.resume_mode = "disable"
     preflight.warn_resume(cfg)
     assert not caplog.records
-
-
-def test_only_errors_raised_by_coba_verl_become_refusals():
-    from coba_verl.core import CobaConfig
-
-    with pytest.raises(CobaRefusal, match="coba.strategy='bogus' is unknown"), preflight.refusals():
-        CobaConfig.from_mapping({"strategy": "bogus"})
-    with pytest.raises(CobaRefusal, match=r"coba.min_rollouts='abc' \(str\) must be an integer"):
-        with preflight.refusals():
-            CobaConfig.from_mapping({"min_rollouts": "abc"})  # CobaConfig's TypeError is a refusal too
-    with pytest.raises(ValueError) as other, preflight.refusals():
-        int("x")  # raised by Python, not by coba-verl: keeps its type and traceback
-    assert type(other.value) is ValueError
-
-
-def test_an_error_the_interpreter_raises_inside_coba_verl_code_keeps_its_traceback():
-    """A bug of ours (here ``"://" in None`` inside a coba_verl function) is not a refusal."""
-    with pytest.raises(TypeError) as bug, preflight.refusals():
-        preflight.is_remote(None)
-    assert type(bug.value) is TypeError
-    assert not preflight.raised_by_coba_verl(bug.value)
-
-
-def test_a_refusal_raised_in_a_ray_actor_prints_its_own_message_not_rays_traceback(capsys):
-    """Ray re-raises an actor's error as ``RayTaskError(CobaRefusal)``, an instance of both whose str
-    is the remote traceback; the refusal printed is the remote error itself (``.cause``)."""
-    from ray.exceptions import RayTaskError
-
-    remote = CobaRefusal("the checkpoint holds other prompts. Start fresh.")
-    carried = RayTaskError("TaskRunner.run", "Traceback (most recent call last): ...", remote)
-    carried = carried.as_instanceof_cause()
-    assert preflight.carried_refusal(carried) is remote
-    with pytest.raises(SystemExit) as exit_info, preflight.exit_on_refusal():
-        raise carried
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err == "coba-verl: the checkpoint holds other prompts. Start fresh.\n"
 
 
 def run_main(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None):
@@ -325,7 +289,7 @@ def test_fsdp_run_is_refused_where_a_trl_without_the_ppo_value_head_is_importabl
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "trl", raising=False)
     fsdp_run = OmegaConf.create({"actor_rollout_ref": {"actor": {"strategy": "fsdp2"}}})
-    with pytest.raises(RuntimeError, match="TRL 1.16.0 is installed.*AutoModelForCausalLMWithValueHead"):
+    with pytest.raises(CobaRefusal, match="TRL 1.16.0 is installed.*AutoModelForCausalLMWithValueHead"):
         preflight.check_trl_conflict(fsdp_run)
     monkeypatch.delitem(sys.modules, "trl", raising=False)
 
@@ -333,7 +297,7 @@ def test_fsdp_run_is_refused_where_a_trl_without_the_ppo_value_head_is_importabl
 def test_a_missing_prior_file_is_refused_before_ray_starts(tmp_path):
     cfg = config(tmp_path)
     OmegaConf.update(cfg, "coba.prior_file", str(tmp_path / "priors.jsonl"), force_add=True)
-    with pytest.raises(CobaRefusal, match=r"coba.prior_file=.*priors.jsonl does not exist"):
+    with pytest.raises(CobaRefusal, match=r"coba.prior_file=.*priors.jsonl' does not exist"):
         preflight.check_inputs(cfg)
     (tmp_path / "priors.jsonl").write_text('{"index": 0, "pass_rate": 0.5}\n')
     preflight.check_inputs(cfg)
@@ -345,6 +309,10 @@ def test_a_missing_prior_file_is_refused_before_ray_starts(tmp_path):
         ('{"index": 0, "pass_rate": 0.5}\nnot json\n', r" line 2 is not JSON"),
         ('{"index": 3, "pass_rate": 1.5}\n', r": the prior pass rate of index 3 is 1.5; a pass rate lies in"),
         ('{"index": 1, "successes": 5, "attempts": 4}\n', r": the prior of index 1 is successes=5, attempts"),
+        (
+            '{"index": 1, "pass_rate": 0.5}\n{"index": 1.0, "pass_rate": 0.2}\n',
+            r": index 1.0 has more than one prior",
+        ),
     ],
 )
 def test_a_prior_file_the_trainer_would_refuse_is_refused_before_ray_starts(tmp_path, content, message):
@@ -355,3 +323,15 @@ def test_a_prior_file_the_trainer_would_refuse_is_refused_before_ray_starts(tmp_
     OmegaConf.update(cfg, "coba.prior_file", str(tmp_path / "priors.jsonl"), force_add=True)
     with pytest.raises(CobaRefusal, match=r"coba.prior_file: file \S*priors.jsonl" + message):
         preflight.check_inputs(cfg)
+
+
+def test_an_error_of_verls_own_checks_keeps_its_traceback_and_exit_status(tmp_path):
+    """Not a refusal of ours (veRL's validate_config raises a plain ValueError): Hydra's report of it,
+    with the traceback, and exit status 1, never a ``coba-verl:`` line."""
+    done = launch_with_data(
+        tmp_path, "actor_rollout_ref.rollout.log_prob_micro_batch_size=4", env={"HYDRA_FULL_ERROR": "1"}
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback (most recent call last)" in done.stderr
+    assert "You have set both 'actor_rollout_ref.rollout.log_prob_micro_batch_size'" in done.stderr
+    assert "coba-verl:" not in done.stderr

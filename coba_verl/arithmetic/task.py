@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coba_verl.refusal import CobaRefusal
+
 __all__ = [
     "LEVELS", "Level", "Split", "make_splits", "parse_levels", "sample_problems", "verify", "score_batch",
 ]  # fmt: skip
@@ -74,14 +76,14 @@ def parse_levels(weights: Mapping[str, float]) -> tuple[Level, ...]:
             positive.
     """
     if not weights:
-        raise ValueError("levels is empty; name at least one, e.g. {'2+1': 1.0}.")
+        raise CobaRefusal("levels is empty; name at least one, e.g. {'2+1': 1.0}.")
     out = []
     for name, w in weights.items():
         m = _LEVEL_NAME.match(str(name))
         if m is None:
-            raise ValueError(f"level {name!r} is not <digits><op><digits> with op in +-*, e.g. '2*1'.")
+            raise CobaRefusal(f"level {name!r} is not <digits><op><digits> with op in +-*, e.g. '2*1'.")
         if not isinstance(w, (int, float)) or not w > 0:
-            raise ValueError(f"level {name!r} has weight {w!r}; weights must be positive numbers.")
+            raise CobaRefusal(f"level {name!r} has weight {w!r}; weights must be positive numbers.")
         out.append(Level(m[2], int(m[1]), int(m[3]), float(w)))
     return tuple(out)
 
@@ -141,7 +143,7 @@ def make_splits(
         ValueError: if a size is not positive.
     """
     if n_train < 1 or n_eval < 1:
-        raise ValueError(f"n_train={n_train} and n_eval={n_eval} must both be >= 1.")
+        raise CobaRefusal(f"n_train={n_train} and n_eval={n_eval} must both be >= 1.")
     rng = np.random.default_rng([seed, 0x7A5C])
     tr_p, tr_a, tr_l = sample_problems(rng, n_train, levels)
     seen = set(tr_p)
@@ -159,7 +161,7 @@ def make_splits(
         if len(ev_p) == n_eval:
             break
     else:  # pragma: no cover - only with absurd sizes
-        raise ValueError(f"Could not draw n_eval={n_eval} held-out problems; lower n_eval or n_train.")
+        raise CobaRefusal(f"Could not draw n_eval={n_eval} held-out problems; lower n_eval or n_train.")
     return Split(tr_p, tr_a, tr_l), Split(ev_p, ev_a, np.asarray(ev_l, dtype=np.int64))
 
 

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from coba_verl.refusal import CobaRefusal
+
 __all__ = ["DATA_SOURCE", "PRIORS", "compute_score", "main", "measure_priors", "prepare", "write_data"]
 
 logger = logging.getLogger(__name__)
@@ -209,13 +211,12 @@ def measure_priors(output_dir: str | Path, samples: int, *, seed: int = 0) -> Pa
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from coba_verl.arithmetic.model import sample
-    from coba_verl.arithmetic.task import score_batch
-    from coba_verl.arithmetic.tokenizer import EOS, PAD, chat_tokenizer, decode_responses, encode_prompts
+    from coba_verl.arithmetic.outcomes import sample_scores
+    from coba_verl.arithmetic.tokenizer import chat_tokenizer, encode_prompts
     from coba_verl.records.priors import outcome_records, write_prior_file
 
     if samples < 1:
-        raise ValueError(f"samples={samples}: measure at least one answer per prompt.")
+        raise CobaRefusal(f"samples={samples}: measure at least one answer per prompt.")
     out = Path(output_dir).expanduser()
     frame = pd.read_parquet(out / "train.parquet")
     prompts = [row[0]["content"] for row in frame["prompt"]]
@@ -224,13 +225,11 @@ def measure_priors(output_dir: str | Path, samples: int, *, seed: int = 0) -> Pa
     model = Qwen2ForCausalLM.from_pretrained(out / "model").eval()
     backend = chat_tokenizer().backend_tokenizer
     ids, mask = encode_prompts(backend, prompts)
-    rows = np.tile(np.arange(len(prompts)), samples)
     generator = torch.Generator().manual_seed(seed + 7_919)
-    response, response_mask = sample(
-        model, ids[rows], mask[rows], max_new_tokens=RECIPE_MAX_TOKENS, eos_id=backend.token_to_id(EOS),
-        pad_id=backend.token_to_id(PAD), generator=generator, temperature=RECIPE_TEMPERATURE,
+    rows, scores = sample_scores(
+        model, backend, ids, mask, answers, samples, generator, max_new_tokens=RECIPE_MAX_TOKENS,
+        temperature=RECIPE_TEMPERATURE,
     )  # fmt: skip
-    scores = score_batch(decode_responses(backend, response, response_mask), [answers[i] for i in rows])
     records = outcome_records([index[i] for i in rows], scores.tolist(), 1.0, f"{samples} samples a prompt")
     rates = records.successes / records.attempts
     logger.info(

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.core.knapsack import allocate_knapsack_feasible
-from coba_verl.core.release import allocate_release_feasible
-from coba_verl.core.solvers import check_budget, solve_feasible
+from coba_verl.core.knapsack import allocate_knapsack
+from coba_verl.core.release import allocate_release
+from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import uniform_split
 from coba_verl.core.token_budget import fill_lengths, solve_tokens
 from coba_verl.core.tracker import CapabilityTracker, _as_int_array, scores_to_successes
@@ -125,8 +125,9 @@ def allocate_from_rates(
 ) -> Allocation:
     """Dispatch on ``config.strategy`` given pass rates (M,) with NaN for unseen prompts.
 
-    The budget is checked once per allocation, by the caller (`check_budget` with its own names:
-    `BudgetAllocator.allocate`, `coba_verl.allocate`), not here.
+    The caller checks the budget first, with the names its user knows (`check_budget`:
+    `BudgetAllocator.allocate`, `coba_verl.allocate`); the strategies check it again (a few
+    comparisons), so that a refusal names the caller's settings.
 
     Args:
         p_hat: (M,) windowed pass rates, NaN = no history.
@@ -158,7 +159,7 @@ def allocate_from_rates(
         pass
     elif cfg.strategy == "knapsack":
         last = p_hat if last_pass_rates is None else np.asarray(last_pass_rates, dtype=np.float64)
-        result.budgets = allocate_knapsack_feasible(last, total, low, up, solver=cfg.solver)
+        result.budgets = allocate_knapsack(last, total, low, up, solver=cfg.solver)
         result.strategy = "knapsack"
     elif not seen.any():
         result.extra["cold_start"] = 1.0  # no history in the batch: plain GRPO (spec §2)
@@ -167,14 +168,14 @@ def allocate_from_rates(
         p = np.where(seen, p_hat, cfg.unseen_pass_rate)
         value = CobaValue(alpha, beta, tau=cfg.tau, p_low=cfg.p_clip_low, p_high=cfg.p_clip_high)
         if cfg.strategy == "coba_release":
-            result.budgets, info = allocate_release_feasible(p, total, low, up, value, solver=cfg.solver)
+            result.budgets, info = allocate_release(p, total, low, up, value, solver=cfg.solver)
             result.extra.update(info)
         elif filled is not None:
             capacity = total / m * float(filled.sum())  # what n each would spend
             result.budgets = solve_tokens(value.gains(p), filled, capacity, low, up)
             result.extra["token_budget"] = capacity
         else:
-            result.budgets = solve_feasible(value.gains(p), total, low, up, solver=cfg.solver)
+            result.budgets = solve(value.gains(p), total, low, up, solver=cfg.solver)
         result.strategy = cfg.strategy
         result.alpha, result.beta, result.tau = alpha, beta, value.last_tau
     if "token_budget" not in result.extra and int(result.budgets.sum()) != int(total):
@@ -245,12 +246,15 @@ class BudgetAllocator:
         return result
 
     # ------------------------------------------------------------------ feedback
-    def observe(self, rollout_ids: Any, scores: Any, lengths: Any = None) -> None:
+    def observe(self, rollout_ids: Any, scores: Any, lengths: Any = None, versions: Any = None) -> None:
         """Record rollout scores (R,) of prompts ``rollout_ids`` (R,); success iff score == success_value.
 
         ``lengths`` (R,): each rollout's response tokens, for the token budget and the cost metrics.
+        ``versions`` (R,) or one int: the policy version that generated each rollout, where generation
+        runs ahead of the update; F_bar then follows generating versions (`CapabilityTracker`).
+        None: each rollout is of the step that commits it.
         """
-        self.tracker.record_scores(rollout_ids, scores, self.config.success_value)
+        self.tracker.record_scores(rollout_ids, scores, self.config.success_value, versions)
         if lengths is not None:
             self.tracker.record_lengths(rollout_ids, lengths)
         ids = _as_int_array("rollout_ids", rollout_ids)

@@ -12,6 +12,7 @@ from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig, check_int, check_shape
 from coba_verl.core.solvers import check_budget
 from coba_verl.core.values import check_pass_rates
+from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
 
 #: Strategies that derive their Beta shape from the pass rates unless alpha and beta fix it.
 _DERIVED_SHAPE = ("coba", "coba_release", "reverse")
@@ -41,11 +42,13 @@ def _as_floats(values: Any, name: str) -> np.ndarray:
                 float(value)
             except (TypeError, ValueError):
                 where = f"{name}[{j}]={value!r}" if flat is values else f"{name}={value!r}"
-                raise TypeError(
+                raise CobaTypeRefusal(
                     f"{where} is not a number: give each prompt's pass rate as a float in [0, 1] "
                     "(NaN for a prompt without history)."
                 ) from None
-        raise TypeError(f"{name} cannot be read as a one-dimensional array of floats: {values!r}.") from None
+        raise CobaTypeRefusal(
+            f"{name} cannot be read as a one-dimensional array of floats: {values!r}."
+        ) from None
 
 
 def allocate(
@@ -115,7 +118,7 @@ def allocate(
     total = check_int("total_budget", total_budget)
     if (alpha is None) != (beta is None):
         given, value, missing = ("alpha", alpha, "beta") if beta is None else ("beta", beta, "alpha")
-        raise ValueError(
+        raise CobaRefusal(
             f"{given}={value!r} was given without {missing}: pass both to fix the Beta shape, or "
             "neither to derive it from the pass rates."
         )
@@ -149,5 +152,5 @@ def allocate(
     if lengths is not None:
         lengths = _as_floats(lengths, "lengths")
         if lengths.shape != p.shape:
-            raise ValueError(f"lengths has {lengths.size} entries for {p.size} pass rates.")
+            raise CobaRefusal(f"lengths has {lengths.size} entries for {p.size} pass rates.")
     return allocate_from_rates(p, total, config, shape=shape, lengths=lengths).budgets

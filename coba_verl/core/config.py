@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coba_verl.core.group_weight import check_group_weight
+from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
 
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
 SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
@@ -57,7 +58,7 @@ def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "c
         ValueError: naming ``setting``, the framework and what to set instead.
     """
     if config.budget_unit == "tokens":
-        raise ValueError(
+        raise CobaRefusal(
             f"{setting}='tokens' is not supported in {framework}: a generation round there is a fixed "
             "M x n completions, while under a token budget sum_i B_i varies. Use rollouts, or veRL's V1 "
             "trainer for a token budget."
@@ -75,19 +76,19 @@ def check_int(name: str, value: Any) -> int:
     >>> check_int("total", "40")
     Traceback (most recent call last):
     ...
-    TypeError: total='40' (str) must be an integer.
+    coba_verl.refusal.CobaTypeRefusal: total='40' (str) must be an integer.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={_shown(value)} must be an integer.")
+        raise CobaTypeRefusal(f"{name}={_shown(value)} must be an integer.")
     if not (math.isfinite(value) and value == int(value)):
-        raise ValueError(f"{name}={_shown(value)} must be an integer.")
+        raise CobaRefusal(f"{name}={_shown(value)} must be an integer.")
     return int(value)
 
 
 def check_real(name: str, value: Any) -> float:
     """``value`` as a float; TypeError naming it for a non-number (a bool, a str)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={_shown(value)} must be a number.")
+        raise CobaTypeRefusal(f"{name}={_shown(value)} must be a number.")
     return float(value)
 
 
@@ -97,11 +98,11 @@ def check_kappa(kappa: Any, name: str = "kappa") -> float:
     >>> check_kappa(2)
     Traceback (most recent call last):
     ...
-    ValueError: kappa=2.0 must be > 2 so that alpha, beta >= 1 fit in it.
+    coba_verl.refusal.CobaRefusal: kappa=2.0 must be > 2 so that alpha, beta >= 1 fit in it.
     """
     value = check_real(name, kappa)
     if not value > 2:
-        raise ValueError(f"{name}={value} must be > 2 so that alpha, beta >= 1 fit in it.")
+        raise CobaRefusal(f"{name}={value} must be > 2 so that alpha, beta >= 1 fit in it.")
     return value
 
 
@@ -121,7 +122,7 @@ def check_shape(alpha: Any, beta: Any, names: tuple[str, str] = ("alpha", "beta"
     """A Beta shape (alpha, beta) with both >= 1, so that BetaPdf is bounded on (0, 1) (spec §3)."""
     a, b = check_real(names[0], alpha), check_real(names[1], beta)
     if not (a >= 1.0 and b >= 1.0):
-        raise ValueError(
+        raise CobaRefusal(
             f"{names[0]}={alpha!r}, {names[1]}={beta!r} must both be >= 1 (a Beta density bounded on (0, 1))."
         )
     return a, b
@@ -248,55 +249,55 @@ class CobaConfig:
     def __post_init__(self) -> None:
         name = self._name
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"{name('strategy')}={self.strategy!r} is unknown; choose one of {STRATEGIES}.")
+            raise CobaRefusal(f"{name('strategy')}={self.strategy!r} is unknown; choose one of {STRATEGIES}.")
         if self.solver not in SOLVERS:
-            raise ValueError(f"{name('solver')}={self.solver!r} is unknown; choose one of {SOLVERS}.")
+            raise CobaRefusal(f"{name('solver')}={self.solver!r} is unknown; choose one of {SOLVERS}.")
         low, up = name("min_rollouts"), name("max_rollouts")
         self.min_rollouts = check_int(low, self.min_rollouts)
         if self.min_rollouts < GRPO_MIN_ROLLOUTS:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{low}={self.min_rollouts} is below {GRPO_MIN_ROLLOUTS}: under GRPO a group of one "
                 f"rollout has no baseline, so its advantage would be its raw score. Set {low} to "
                 f"{GRPO_MIN_ROLLOUTS} or more."
             )
         self.max_rollouts = check_int(up, self.max_rollouts)
         if self.max_rollouts < self.min_rollouts:
-            raise ValueError(f"{up}={self.max_rollouts} must be an integer >= {low}={self.min_rollouts}.")
+            raise CobaRefusal(f"{up}={self.max_rollouts} must be an integer >= {low}={self.min_rollouts}.")
         self.kappa = check_kappa(self.kappa, name("kappa"))
         self.window = check_int(name("window"), self.window)
         if self.window < 1:
-            raise ValueError(f"{name('window')}={self.window} must be an integer >= 1.")
+            raise CobaRefusal(f"{name('window')}={self.window} must be an integer >= 1.")
         if self.tau is not None:
             self.tau = check_real(name("tau"), self.tau)
             if not self.tau > 0:
-                raise ValueError(
+                raise CobaRefusal(
                     f"{name('tau')}={self.tau} must be positive, or null/None for the adaptive rule."
                 )
         self.success_value = check_real(name("success_value"), self.success_value)
         if not math.isfinite(self.success_value):
-            raise ValueError(
+            raise CobaRefusal(
                 f"{name('success_value')}={self.success_value} must be finite: no score equals it (a NaN or "
                 "infinite score is refused), so every rollout would count as a failure. Set the score of "
                 "a success, e.g. 1.0."
             )
         self.unseen_pass_rate = check_real(name("unseen_pass_rate"), self.unseen_pass_rate)
         if not 0.0 <= self.unseen_pass_rate <= 1.0:
-            raise ValueError(f"{name('unseen_pass_rate')}={self.unseen_pass_rate} must lie in [0, 1].")
+            raise CobaRefusal(f"{name('unseen_pass_rate')}={self.unseen_pass_rate} must lie in [0, 1].")
         self.p_clip_low = check_real(name("p_clip_low"), self.p_clip_low)
         self.p_clip_high = check_real(name("p_clip_high"), self.p_clip_high)
         if not 0.0 < self.p_clip_low < self.p_clip_high < 1.0:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{name('p_clip_low')}={self.p_clip_low}, {name('p_clip_high')}={self.p_clip_high} "
                 "must satisfy 0 < low < high < 1."
             )
         self.group_weight = check_group_weight(self.group_weight, name("group_weight"))
         if self.budget_unit not in BUDGET_UNITS:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{name('budget_unit')}={self.budget_unit!r} is unknown; choose one of {BUDGET_UNITS}."
             )
         if self.budget_unit == "tokens" and self.strategy not in TOKEN_BUDGET_STRATEGIES:
             setting, fix = self._token_budget_names()
-            raise ValueError(
+            raise CobaRefusal(
                 f"{setting} needs a strategy whose value is maximised under a token budget, one of "
                 f"{TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates rollouts only. "
                 f"{fix}, or one of those strategies."
@@ -304,10 +305,10 @@ class CobaConfig:
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{name(key)}={_shown(value)} must be a non-empty string, or null/None.")
+                raise CobaRefusal(f"{name(key)}={_shown(value)} must be a non-empty string, or null/None.")
         self.prior_weight = check_int(name("prior_weight"), self.prior_weight)
         if self.prior_weight < 1:
-            raise ValueError(f"{name('prior_weight')}={self.prior_weight} must be an integer >= 1.")
+            raise CobaRefusal(f"{name('prior_weight')}={self.prior_weight} must be an integer >= 1.")
         self.static_alpha, self.static_beta = check_shape(
             self.static_alpha, self.static_beta, (name("static_alpha"), name("static_beta"))
         )
@@ -335,5 +336,5 @@ class CobaConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(mapping) - known)
         if unknown:
-            raise ValueError(f"Unknown coba config keys {unknown}; valid keys are {sorted(known)}.")
+            raise CobaRefusal(f"Unknown coba config keys {unknown}; valid keys are {sorted(known)}.")
         return cls(**dict(mapping))

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coba_verl.refusal import CobaRefusal
+
 __all__ = [
     "GROUP_WEIGHTS",
     "RENAMED_GROUP_WEIGHTS",
@@ -56,7 +58,7 @@ _warned_renames: set[tuple[str, str]] = set()  # (name, old value) already warne
 
 
 def check_group_weight(value: object, name: str = "coba.group_weight") -> str:
-    """The `GROUP_WEIGHTS` value ``value`` names, else ValueError naming it and the choices.
+    """The `GROUP_WEIGHTS` value ``value`` names, else a refusal naming it and the choices.
 
     An old spelling (`RENAMED_GROUP_WEIGHTS`) gives its new name, with a `DeprecationWarning` and
     a WARNING log line the first time this process sees it under ``name``.
@@ -74,7 +76,7 @@ def check_group_weight(value: object, name: str = "coba.group_weight") -> str:
             warnings.warn(message, DeprecationWarning, stacklevel=2)
         return new
     if not isinstance(value, str) or value not in GROUP_WEIGHTS:
-        raise ValueError(f"{name}={value!r} is unknown; choose one of {GROUP_WEIGHTS}.")
+        raise CobaRefusal(f"{name}={value!r} is unknown; choose one of {GROUP_WEIGHTS}.")
     return value
 
 
@@ -161,7 +163,7 @@ def check_aggregation(group_weight: str, mode: str, modes: AggregationModes) -> 
             key, group_weight, setting, mode, setting, exact[0],
         )  # fmt: skip
         return
-    raise ValueError(
+    raise CobaRefusal(
         f"{key}={group_weight!r} is not supported with {setting}={mode!r}: coba-verl knows how per-group "
         f"advantage factors weigh groups only under {exact + by_length}. Set {setting} to one of those "
         f"({exact[0]!r} is exact), or {key}='proportional'."

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from coba_verl.core.solvers import check_budget, solve_feasible
+from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import spread_even, uniform_split
 from coba_verl.core.values import KnapsackValue
 
@@ -50,14 +50,6 @@ def allocate_knapsack(last_p: np.ndarray, total: int, low: int, up: int, solver:
     """Budgets (M,) by Knapsack-RL's rules; ``last_p`` (M,) is NaN for prompts without history."""
     p = np.asarray(last_p, dtype=np.float64)
     check_budget(p.size, total, low, up)
-    return allocate_knapsack_feasible(p, total, low, up, solver=solver)
-
-
-def allocate_knapsack_feasible(
-    last_p: np.ndarray, total: int, low: int, up: int, solver: str = "fast"
-) -> np.ndarray:
-    """`allocate_knapsack` on a budget its caller has checked (`check_budget`, once per allocation)."""
-    p = np.asarray(last_p, dtype=np.float64)
     m = p.size
     unseen = np.isnan(p)
     uniform = uniform_split(m, total)
@@ -79,7 +71,7 @@ def allocate_knapsack_feasible(
         knap_budget = min(knap_budget, effective.size * (up - low))
         gains = KnapsackValue().gains(p[effective])
         # 0 <= knap_budget <= effective.size * (up - low): feasible by construction
-        budgets[effective] = solve_feasible(gains, effective.size * low + knap_budget, low, up, solver=solver)
+        budgets[effective] = solve(gains, effective.size * low + knap_budget, low, up, solver=solver)
     elif zeros.size:
         spread_even(budgets, zeros, rest, up)
     else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coba_verl.core.solvers import check_budget, solve_feasible
+from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import spread_weighted
 from coba_verl.core.values import CobaValue
 
@@ -51,14 +51,6 @@ def allocate_release(
     """
     p = np.asarray(p, dtype=np.float64)
     check_budget(p.size, total, low, up)
-    return allocate_release_feasible(p, total, low, up, value, solver=solver)
-
-
-def allocate_release_feasible(
-    p: np.ndarray, total: int, low: int, up: int, value: CobaValue, solver: str = "fast"
-) -> tuple[np.ndarray, dict[str, float]]:
-    """`allocate_release` on a budget its caller has checked (`check_budget`, once per allocation)."""
-    p = np.asarray(p, dtype=np.float64)
     m = p.size
     budgets = np.full(m, low, dtype=np.int64)
     surplus = int(total) - m * low
@@ -76,7 +68,7 @@ def allocate_release_feasible(
         extra = min(int(surplus * r), band.size * (up - low))  # caps refuse the rest
         gains = value.gains(p[band])  # tau over the band only [release]
         # 0 <= extra <= band.size * (up - low): feasible by construction
-        budgets[band] = solve_feasible(gains, band.size * low + extra, low, up, solver=solver)
+        budgets[band] = solve(gains, band.size * low + extra, low, up, solver=solver)
         surplus -= extra
     for bucket in (hard, band, easy):
         if surplus == 0:

@@ -37,6 +37,7 @@ import numpy as np
 from coba_verl.core.config import SOLVERS as SOLVER_NAMES
 from coba_verl.core.config import check_int
 from coba_verl.core.gains import GainModel
+from coba_verl.refusal import CobaRefusal
 
 #: Largest M * (up - low) for which `solve_threshold` sorts the whole gain table of a model
 #: without closed-form counts (a few ms at most) instead of bisecting with per-prompt searches.
@@ -65,17 +66,17 @@ def check_budget(
     ValueError, which shows its repr and type.
     """
     if m <= 0:
-        raise ValueError(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
+        raise CobaRefusal(f"cannot allocate a budget over M={m} prompts: the batch is empty.")
     total = check_int(total_name, total)
     low, up = check_int(low_name, low), check_int(up_name, up)
     if low < 1:
-        raise ValueError(
+        raise CobaRefusal(
             f"{low_name}={low} is invalid: every prompt needs at least 1 rollout (2 under GRPO)."
         )
     if up < low:
-        raise ValueError(f"{up_name}={up} is below {low_name}={low}.")
+        raise CobaRefusal(f"{up_name}={up} is below {low_name}={low}.")
     if not m * low <= total <= m * up:
-        raise ValueError(
+        raise CobaRefusal(
             f"{total_name}={total} is infeasible for M={m} prompts with {low_name}={low}, {up_name}={up}: "
             f"need {m * low} <= total <= {m * up}." + (f" {fix}" if fix else "")
         )
@@ -96,11 +97,6 @@ def solve_heap(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
         Exact because the gains of each prompt do not increase (concave V_i). O(M + S log M).
     """
     check_budget(gains.size, total, low, up)
-    return _heap(gains, total, low, up)
-
-
-def _heap(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
-    """`solve_heap` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
     budget = [int(low)] * m
     surplus = int(total) - m * int(low)
@@ -129,11 +125,6 @@ def solve_threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter
         unless two gains tie to within rounding (module docstring).
     """
     check_budget(gains.size, total, low, up)
-    return _threshold(gains, total, low, up, max_iter=max_iter)
-
-
-def _threshold(gains: GainModel, total: int, low: int, up: int, *, max_iter: int = 200) -> np.ndarray:
-    """`solve_threshold` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
     width = up - low
     surplus = int(total) - m * int(low)
@@ -223,11 +214,6 @@ def solve_dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
     O(M * S) memory, so it is the reference, not a production solver.
     """
     check_budget(gains.size, total, low, up)
-    return _dp(gains, total, low, up)
-
-
-def _dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
-    """`solve_dp` on a budget its caller has checked (`check_budget`)."""
     m = gains.size
     width = up - low
     surplus = int(total) - m * int(low)
@@ -259,24 +245,16 @@ def _dp(gains: GainModel, total: int, low: int, up: int) -> np.ndarray:
 
 #: The solver behind each name of `config.SOLVERS` (the one list of names, which `CobaConfig` checks).
 SOLVERS = dict(zip(SOLVER_NAMES, (solve_threshold, solve_heap, solve_dp), strict=True))
-#: The same solvers without the budget check, for `solve_feasible`.
-_UNCHECKED = dict(zip(SOLVER_NAMES, (_threshold, _heap, _dp), strict=True))
 
 
 def solve(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
-    """Dispatch to a solver by name: ``fast`` (threshold), ``heap`` or ``dp``; checks the budget."""
+    """Dispatch to a solver by name: ``fast`` (threshold), ``heap`` or ``dp``; each checks the budget
+    (`check_budget`, a few comparisons: no solver has an unchecked twin)."""
     check_solver(solver)
-    check_budget(gains.size, total, low, up)
-    return _UNCHECKED[solver](gains, total, low, up)
-
-
-def solve_feasible(gains: GainModel, total: int, low: int, up: int, solver: str = "fast") -> np.ndarray:
-    """`solve` on a budget its caller has checked (`check_budget`, once per allocation)."""
-    check_solver(solver)
-    return _UNCHECKED[solver](gains, total, low, up)
+    return SOLVERS[solver](gains, total, low, up)
 
 
 def check_solver(solver: str) -> None:
     """Refuse a solver name that is not one of `SOLVERS`."""
     if solver not in SOLVERS:
-        raise ValueError(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.")
+        raise CobaRefusal(f"solver={solver!r} is unknown; choose one of {sorted(SOLVERS)}.")

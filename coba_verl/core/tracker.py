@@ -16,10 +16,13 @@ import numpy as np
 
 from coba_verl.core.capability import capability_shape, psi
 from coba_verl.core.config import CobaConfig, check_kappa, invalid_pass_rates
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3
+_PRIOR_VERSION = -1  # the F entry of the priors: the version before the first (`set_prior`)
+_THIS_STEP = -2  # pending rollouts recorded without a version: the step that commits them
 
 
 def _as_int_array(name: str, values: Any) -> np.ndarray:
@@ -48,7 +51,7 @@ def scores_to_successes(scores: Any, success_value: float = 1.0) -> np.ndarray:
     bad = ~np.isfinite(s)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"score at position {first} is {s[first]}: rewards must be finite.")
+        raise CobaRefusal(f"score at position {first} is {s[first]}: rewards must be finite.")
     return (s == success_value).astype(np.int64)
 
 
@@ -86,6 +89,15 @@ class CapabilityTracker:
       F_bar = mean of the last ``window`` F_t, F_tilde = Psi(F_bar) and the Beta shape
       (alpha_t, beta_t) that drives the NEXT step's allocation (spec §3).
 
+    F is indexed by the policy version that generated the rollouts. Rollouts recorded without a
+    version belong to the step that commits them, so a trainer whose step both generates and trains
+    (the synchronous case) gets spec §3's F_t per step. A trainer whose generation runs ahead of the
+    update passes each rollout's generating version: F_v = 1 - mean over prompts of their success
+    rates among version v's rollouts (all that reached the tracker so far, over any number of
+    commits), and F_bar = the mean of F_v over the ``window`` newest versions that have rollouts.
+    A rollout from a version older than those k does not enter F_bar (it still enters its prompt's
+    pass rate).
+
     Args:
         num_prompts: Size N of the id space; ids must lie in [0, N).
         window: k, appearances per prompt and steps of F_t averaged (default: `CobaConfig`'s).
@@ -107,9 +119,10 @@ class CapabilityTracker:
         self._roll = np.zeros((n, k), dtype=np.int32)  # (N, k) rollouts per appearance, 0 = empty slot
         self._appearances = np.zeros(n, dtype=np.int64)  # (N,) total appearances; ring slot = count % k
         self._length = np.full((n, k), np.nan, dtype=np.float32)  # (N, k) mean response tokens, NaN = none
-        self._fail_window = np.full(k, np.nan)  # (k,) last k values of F_t, ring
+        # generating version -> (sum over prompts of their success rates, prompts), the k newest
+        self._fail_by_version: dict[int, tuple[float, int]] = {}
         self._steps = 0
-        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # ids, s, r, v
         self._pending_lengths: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, tokens) per rollout
 
     # ------------------------------------------------------------------ recording
@@ -121,11 +134,16 @@ class CapabilityTracker:
             bad = lo if lo < 0 else hi
             raise ValueError(f"prompt id {bad} is outside the id space [0, {self.num_prompts}).")
 
-    def record(self, ids: Any, successes: Any, rollouts: Any) -> None:
-        """Add (successes, rollouts) for prompts of the current step; ids may repeat across calls."""
+    def record(self, ids: Any, successes: Any, rollouts: Any, versions: Any = None) -> None:
+        """Add (successes, rollouts) for prompts of the current step; ids may repeat across calls.
+
+        ``versions``: the policy version (>= 0) that generated each entry, one int for all or one per
+        entry; None: the step that commits them (see the class docstring).
+        """
         ids_a = _as_int_array("ids", ids)
         succ = _as_int_array("successes", successes)
         roll = _as_int_array("rollouts", rollouts)
+        vers = self._versions(versions, ids_a.size)
         if not (ids_a.shape == succ.shape == roll.shape):
             raise ValueError(
                 f"ids, successes and rollouts must have the same length, got "
@@ -141,7 +159,20 @@ class CapabilityTracker:
             j = int(np.flatnonzero(over)[0])
             raise ValueError(f"prompt {ids_a[j]}: successes={succ[j]} exceeds rollouts={roll[j]}.")
         if ids_a.size:
-            self._pending.append((ids_a.copy(), succ.copy(), roll.copy()))
+            self._pending.append((ids_a.copy(), succ.copy(), roll.copy(), vers))
+
+    @staticmethod
+    def _versions(versions: Any, size: int) -> np.ndarray:
+        """(size,) int64 generating versions; `_THIS_STEP` for None."""
+        if versions is None:
+            return np.full(size, _THIS_STEP, dtype=np.int64)
+        vers = np.asarray(versions)
+        vers = _as_int_array("versions", np.full(size, vers) if vers.ndim == 0 else vers)
+        if vers.size != size:
+            raise ValueError(f"versions must have one entry per record ({size}), got {vers.size}.")
+        if vers.size and int(vers.min()) < 0:
+            raise ValueError(f"a policy version is {int(vers.min())}: versions are >= 0.")
+        return vers.copy()
 
     def set_prior(self, ids: Any, successes: Any, attempts: Any) -> None:
         """Seed prompts not yet drawn with a measured pass rate (successes of attempts, e.g. offline).
@@ -194,16 +225,16 @@ class CapabilityTracker:
         self._appearances[ids_a] = 1
         prior = self._appearances == 1  # every prompt holding a record (none has real observations yet)
         rate = self._succ[prior, 0] / self._roll[prior, 0]
-        self._fail_window[:] = np.nan
-        self._fail_window[self.window - 1] = 1.0 - float(rate.mean())  # overwritten by step k
+        self._fail_by_version = {_PRIOR_VERSION: (float(rate.sum()), int(rate.size))}  # leaves after k steps
 
-    def record_scores(self, ids: Any, scores: Any, success_value: float = 1.0) -> None:
-        """Record one entry per rollout: ``ids`` (R,) prompt id of each rollout, ``scores`` (R,)."""
+    def record_scores(self, ids: Any, scores: Any, success_value: float = 1.0, versions: Any = None) -> None:
+        """Record one entry per rollout: ``ids`` (R,) prompt id of each rollout, ``scores`` (R,),
+        ``versions`` (R,) or one int: the generating policy versions (None: this step, see `record`)."""
         ids_a = _as_int_array("ids", ids)
         succ = scores_to_successes(scores, success_value)
         if ids_a.shape != succ.shape:
             raise ValueError(f"ids and scores must have the same length, got {ids_a.size} and {succ.size}.")
-        self.record(ids_a, succ, np.ones_like(succ))
+        self.record(ids_a, succ, np.ones_like(succ), versions)
 
     def record_lengths(self, ids: Any, tokens: Any) -> None:
         """Record the response length in tokens of rollouts of this step: ``ids`` (R,), ``tokens`` (R,).
@@ -252,13 +283,42 @@ class CapabilityTracker:
             np.bincount(inv, weights=roll, minlength=uniq.size).astype(np.int64),
         )
 
+    def _commit_failure_rates(self) -> None:
+        """Add the pending rollouts to F_v of the versions that generated them; keep the k newest.
+
+        Per (version, prompt): the prompt's success rate among that version's rollouts of this
+        commit; F_v's sums gain one rate per such pair.
+        """
+        ids = np.concatenate([p[0] for p in self._pending])
+        succ = np.concatenate([p[1] for p in self._pending])
+        roll = np.concatenate([p[2] for p in self._pending])
+        vers = np.concatenate([p[3] for p in self._pending])
+        vers = np.where(vers == _THIS_STEP, self._steps, vers)
+        key = (vers - _PRIOR_VERSION) * self.num_prompts + ids  # one int per (version, prompt)
+        pairs, inv = np.unique(key, return_inverse=True)
+        pair_succ = np.bincount(inv, weights=succ, minlength=pairs.size)
+        pair_roll = np.bincount(inv, weights=roll, minlength=pairs.size)
+        seen = pair_roll > 0
+        pair_rate = pair_succ[seen] / pair_roll[seen]
+        pair_version = pairs[seen] // self.num_prompts + _PRIOR_VERSION
+        for version in np.unique(pair_version).tolist():
+            rates = pair_rate[pair_version == version]
+            total, count = self._fail_by_version.get(version, (0.0, 0))
+            self._fail_by_version[version] = (total + float(rates.sum()), count + int(rates.size))
+        for version in sorted(self._fail_by_version)[: -self.window]:
+            del self._fail_by_version[version]
+
     def end_step(self) -> dict[str, float]:
         """Commit the step: push windows, update F_bar and the Beta shape. Returns step statistics.
 
         Prompts recorded with zero rollouts in total are ignored (nothing was observed). A step
-        with nothing recorded leaves the state unchanged and logs a warning.
+        with nothing recorded leaves the state unchanged and logs a warning. ``F_t`` is the failure
+        rate over all the step's rollouts; F_bar averages F_v over generating versions (class
+        docstring), which is the mean of the last k F_t when every rollout is of its own step.
         """
         ids, succ, roll = self.pending_totals()
+        if ids.size and roll.sum() > 0:
+            self._commit_failure_rates()
         self._pending.clear()
         keep = roll > 0
         ids, succ, roll = ids[keep], succ[keep], roll[keep]
@@ -276,7 +336,6 @@ class CapabilityTracker:
 
         rate = succ / roll  # (M,) per-prompt success rate of this step
         f_t = 1.0 - float(rate.mean())
-        self._fail_window[self._steps % self.window] = f_t
         self._steps += 1
         return {
             "F_t": f_t,
@@ -335,9 +394,11 @@ class CapabilityTracker:
 
     @property
     def f_bar(self) -> float:
-        """Mean of the last ``window`` step failure rates F_t; NaN before the first step."""
-        vals = self._fail_window[np.isfinite(self._fail_window)]
-        return float(vals.mean()) if vals.size else float("nan")
+        """Mean of F_v over the ``window`` newest generating versions (per step when rollouts carry no
+        version: the last k F_t); NaN before the first step."""
+        if not self._fail_by_version:
+            return float("nan")
+        return float(np.mean([1.0 - total / count for total, count in self._fail_by_version.values()]))
 
     @property
     def f_tilde(self) -> float:
@@ -363,9 +424,12 @@ class CapabilityTracker:
     def state_dict(self) -> dict[str, Any]:
         """Plain arrays and numbers; restores exactly with :meth:`load_state_dict`.
 
-        Rollouts recorded but not yet committed by :meth:`end_step` are included too.
+        Rollouts recorded but not yet committed by :meth:`end_step` are included too, each with its
+        generating version.
         """
-        ids, succ, roll = self.pending_totals()
+        pending = [np.concatenate(part) for part in zip(*self._pending, strict=True)] if self._pending else []
+        ids, succ, roll, vers = pending or [np.zeros(0, dtype=np.int64)] * 4
+        fail_versions = sorted(self._fail_by_version)
         length_ids = (
             np.concatenate([p[0] for p in self._pending_lengths]) if self._pending_lengths else ids[:0]
         )
@@ -382,18 +446,28 @@ class CapabilityTracker:
             "rollouts": self._roll.copy(),
             "appearances": self._appearances.copy(),
             "mean_lengths": self._length.copy(),
-            "fail_window": self._fail_window.copy(),
+            "fail_versions": np.asarray(fail_versions, dtype=np.int64),
+            "fail_rate_sums": np.asarray(
+                [self._fail_by_version[v][0] for v in fail_versions], dtype=np.float64
+            ),
+            "fail_prompts": np.asarray([self._fail_by_version[v][1] for v in fail_versions], dtype=np.int64),
             "pending_ids": ids,
             "pending_successes": succ,
             "pending_rollouts": roll,
+            "pending_versions": vers,
             "pending_length_ids": length_ids,
             "pending_length_tokens": length_tokens,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`; the window and id space must match this tracker's."""
-        if int(state.get("version", -1)) != _STATE_VERSION:
-            raise ValueError(f"tracker state version {state.get('version')} is not {_STATE_VERSION}.")
+        """Restore from :meth:`state_dict`; the window and id space must match this tracker's.
+
+        A state of version 2 (a ring of the last k F_t, no generating versions) is read too: each
+        F_t becomes F_v of its step, a prior's entry that of the version before the first.
+        """
+        state_version = int(state.get("version", -1))
+        if state_version not in (2, _STATE_VERSION):
+            raise ValueError(f"tracker state version {state.get('version')} is not {_STATE_VERSION} (or 2).")
         for key, mine in (("num_prompts", self.num_prompts), ("window", self.window)):
             if int(state[key]) != mine:
                 raise ValueError(
@@ -407,7 +481,17 @@ class CapabilityTracker:
         self._roll = np.asarray(state["rollouts"], dtype=np.int32).copy()
         self._appearances = np.asarray(state["appearances"], dtype=np.int64).copy()
         self._length = np.asarray(state["mean_lengths"], dtype=np.float32).copy()
-        self._fail_window = np.asarray(state["fail_window"], dtype=np.float64).copy()
+        if state_version == 2:
+            self._fail_by_version = _failure_rates_of_ring(
+                np.asarray(state["fail_window"], np.float64), self._steps
+            )
+        else:
+            self._fail_by_version = {
+                int(v): (float(total), int(count))
+                for v, total, count in zip(
+                    state["fail_versions"], state["fail_rate_sums"], state["fail_prompts"], strict=True
+                )
+            }
         self._pending.clear()
         self._pending_lengths.clear()
         length_ids = np.asarray(state["pending_length_ids"], dtype=np.int64)
@@ -416,3 +500,19 @@ class CapabilityTracker:
         pending_ids = np.asarray(state["pending_ids"], dtype=np.int64)
         if pending_ids.size:
             self.record(pending_ids, state["pending_successes"], state["pending_rollouts"])
+            if state_version != 2:  # the versions as recorded, `_THIS_STEP` included
+                self._pending[-1] = (
+                    *self._pending[-1][:3],
+                    np.asarray(state["pending_versions"], np.int64).copy(),
+                )
+
+
+def _failure_rates_of_ring(ring: np.ndarray, steps: int) -> dict[int, tuple[float, int]]:
+    """A version-2 state's ring of the last k F_t (slot = step % k; slot k - 1 holds the priors' F
+    until step k - 1 overwrites it) as F_v entries of one prompt each: F_v = 1 - total / count."""
+    k = ring.size
+    out: dict[int, tuple[float, int]] = {}
+    for slot in np.flatnonzero(np.isfinite(ring)).tolist():
+        step = slot + ((steps - 1 - slot) // k) * k if steps > slot else _PRIOR_VERSION
+        out[step] = (1.0 - float(ring[slot]), 1)
+    return out

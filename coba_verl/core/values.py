@@ -16,6 +16,7 @@ import numpy as np
 from coba_verl.core.capability import adaptive_tau
 from coba_verl.core.config import CobaConfig, check_shape, invalid_pass_rates
 from coba_verl.core.gains import GeometricGains, KnapsackGains
+from coba_verl.refusal import CobaRefusal
 
 
 def saturation(b: np.ndarray, p: np.ndarray, tau: float) -> np.ndarray:
@@ -43,7 +44,7 @@ def check_pass_rates(p: Any, name: str = "p", *, unseen: bool = False) -> np.nda
     >>> check_pass_rates([0.5, 1.5], "pass_rates")
     Traceback (most recent call last):
     ...
-    ValueError: pass rate 1.5 is outside [0, 1] (pass_rates[1]).
+    coba_verl.refusal.CobaRefusal: pass rate 1.5 is outside [0, 1] (pass_rates[1]).
     """
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 1:
@@ -51,7 +52,7 @@ def check_pass_rates(p: Any, name: str = "p", *, unseen: bool = False) -> np.nda
     bad = invalid_pass_rates(p, unseen=unseen)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"pass rate {p[j]} is outside [0, 1] ({name}[{j}]).")
+        raise CobaRefusal(f"pass rate {p[j]} is outside [0, 1] ({name}[{j}]).")
     return p
 
 

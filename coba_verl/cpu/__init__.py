@@ -7,7 +7,9 @@ extension point:
 `platform`      veRL platform ``cpu`` (gloo, logical Ray ``GPU`` slots), `device` its torch module
 `registration`  loaded by veRL in every process: platform, FSDP engine for ``cpu``, rollout ``hf``
 `rollout`       the ``hf`` rollout: transformers generation behind veRL's router
-`workers`       veRL's trainer worker with a gloo-only process group
+`workers`       veRL's trainer workers with a gloo-only process group (and the trainer mixin
+                that swaps them in)
+`checkpoint_engine`  ``ray_object_store``: ``separate_async``'s weights through Ray's object store
 `launcher`      start-up settings and Ray counts
 
 It needs veRL and torch only: the tiny recipe's task and model are `coba_verl.arithmetic`'s, and

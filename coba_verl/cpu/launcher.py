@@ -6,8 +6,9 @@ Called by ``python -m coba_verl.main`` before veRL's ``run_ppo`` starts Ray:
   present and ``coba_cpu.allow_with_cuda`` is false; points every process at the ``cpu``
   platform (``VERL_PLATFORM=cpu``) and at `coba_verl.cpu.registration`
   (``VERL_USE_EXTERNAL_MODULES``, which veRL imports on ``import verl``); and makes veRL's own
-  ``ray.init`` start Ray with ``num_gpus`` = trainer slots (logical) and
-  ``num_cpus`` = ``coba_cpu.ray_num_cpus``, so that veRL's placement groups fit on a laptop.
+  ``ray.init`` start Ray with ``num_gpus`` = trainer slots + standalone rollout slots (logical)
+  and ``num_cpus`` = ``coba_cpu.ray_num_cpus`` (+ what further slots reserve), so that veRL's
+  placement groups fit on a laptop.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.cpu import PLATFORM_NAME
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +89,56 @@ def logical_cpus(ray_num_cpus: int, slots: int) -> int:
 RAY_CPU_ENVIRONMENT = {"RAY_prestart_worker_first_driver": "0"}
 
 
+#: Logical CPUs of a bundle of a standalone rollout pool (``RolloutReplica.init_standalone`` asks for
+#: ``max_colocate_count=2``, ``verl/workers/rollout/replica.py:203``).
+CPUS_PER_ROLLOUT_SLOT = 2
+
+
+def standalone_rollout_slots(config: DictConfig) -> int:
+    """Slots of ``separate_async``'s standalone rollout pool (``rollout.nnodes x rollout.n_gpus_per_node``,
+    one `HFServer` each), 0 in the other modes; the pool's weights go through the object-store engine.
+
+    ``rollout.checkpoint_engine.backend=naive`` (veRL's default, which ``separate_async`` refuses) is
+    set to ``ray_object_store``, the one engine that runs on CPU (`coba_verl.cpu.checkpoint_engine`).
+
+    Raises:
+        CobaRefusal: another engine (veRL's need accelerators), or a pool without a slot.
+    """
+    from coba_verl.cpu.checkpoint_engine import BACKEND
+
+    if not config.trainer.use_v1 or OmegaConf.select(config, "trainer.v1.trainer_mode") != "separate_async":
+        return 0
+    rollout = config.actor_rollout_ref.rollout
+    backend = OmegaConf.select(rollout, "checkpoint_engine.backend")
+    if backend == "naive":
+        with open_dict(config):
+            rollout.checkpoint_engine.backend = BACKEND
+        logger.info("CPU backend: separate_async sends weights with checkpoint_engine.backend=%s", BACKEND)
+    elif backend != BACKEND:
+        raise CobaRefusal(
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend} cannot run on the CPU backend; "
+            f"separate_async there needs checkpoint_engine.backend={BACKEND} (the default on CPU)."
+        )
+    slots = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
+    if slots < 1:
+        raise CobaRefusal(
+            f"actor_rollout_ref.rollout.nnodes={rollout.nnodes} x n_gpus_per_node={rollout.n_gpus_per_node}: "
+            "separate_async needs a standalone rollout pool of at least one slot (one hf server each), "
+            "e.g. actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node=1."
+        )
+    return slots
+
+
 def prepare_cpu_run(config: DictConfig) -> None:
     """Refuse an accidental CPU run on a GPU machine, then set platform, plugins and Ray counts.
 
     Raises:
-        RuntimeError: CUDA is available and ``coba_cpu.allow_with_cuda`` is false.
-        ValueError: a setting of the ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
-            ``trainer.v1.trainer_mode=separate_async`` (no weight-transfer engine runs on CPU).
+        CobaRefusal: CUDA is available and ``coba_cpu.allow_with_cuda`` is false; a setting of the
+            ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
+            ``separate_async`` with another checkpoint engine or no rollout slot (`standalone_rollout_slots`).
     """
     if _cuda_present() and not config.coba_cpu.allow_with_cuda:
-        raise RuntimeError(
+        raise CobaRefusal(
             "coba_cpu.enable=true (the CPU backend) was selected on a machine where torch sees CUDA. "
             "Drop +coba_cpu=cpu to train on the GPU, or set coba_cpu.allow_with_cuda=true to run on CPU "
             "anyway."
@@ -109,15 +151,8 @@ def prepare_cpu_run(config: DictConfig) -> None:
     for key, value in expected.items():
         got = OmegaConf.select(config, key)
         if got != value:
-            raise ValueError(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
-    if config.trainer.use_v1 and OmegaConf.select(config, "trainer.v1.trainer_mode") == "separate_async":
-        raise ValueError(
-            "trainer.v1.trainer_mode=separate_async cannot run on the CPU backend: it sends the weights to "
-            "its standalone rollout pool through a checkpoint engine other than naive "
-            "(verl/trainer/ppo/v1/trainer_separate_async.py:68-70), and veRL's (nccl, nixl, mooncake, ...) "
-            "all need GPUs; its DetachActorWorker (:114-126) also replaces the CPU backend's gloo worker. "
-            "Use trainer.v1.trainer_mode=colocate_async or sync on CPU."
-        )
+            raise CobaRefusal(f"{key}={got} cannot run on the CPU backend; it needs {key}={value}.")
+    rollout_slots = standalone_rollout_slots(config)
 
     env = cpu_environment()
     os.environ.update(env)
@@ -135,11 +170,16 @@ def prepare_cpu_run(config: DictConfig) -> None:
     with open_dict(config):
         ray_init = config.ray_kwargs.ray_init
         ray_init.num_cpus = max(
-            int(ray_init.num_cpus or 0), logical_cpus(int(config.coba_cpu.ray_num_cpus), slots)
+            int(ray_init.num_cpus or 0),
+            logical_cpus(int(config.coba_cpu.ray_num_cpus), slots) + CPUS_PER_ROLLOUT_SLOT * rollout_slots,
         )
-        ray_init.num_gpus = slots
+        ray_init.num_gpus = slots + rollout_slots
         env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}
         ray_init.runtime_env.env_vars = {**env_vars, **env}
     logger.info(
-        "CPU backend: Ray with %d logical CPUs and %d trainer slots; %s", ray_init.num_cpus, slots, env
+        "CPU backend: Ray with %d logical CPUs, %d trainer slots and %d standalone rollout slots; %s",
+        ray_init.num_cpus,
+        slots,
+        rollout_slots,
+        env,
     )

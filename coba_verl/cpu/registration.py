@@ -13,7 +13,9 @@ table (veRL 0.9.1 has no function for it), so a veRL release that renames ``_eng
   ``_engines`` table already holds one;
 - ``RolloutReplicaRegistry``: `HFReplica` as rollout ``hf``;
 - the rollout-adapter table of ``verl.workers.rollout.base`` (``_ROLLOUT_REGISTRY``, veRL's
-  name -> class table for the worker-side engine): ``("hf", "async")`` -> `HFServerAdapter`.
+  name -> class table for the worker-side engine): ``("hf", "async")`` -> `HFServerAdapter`;
+- ``CheckpointEngineRegistry``: `ObjectStoreCheckpointEngine` as ``ray_object_store`` (the weight
+  transfer of ``separate_async``'s standalone rollout pool).
 """
 
 from __future__ import annotations
@@ -45,3 +47,6 @@ def _load_hf_replica() -> type:
 
 RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
 rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "coba_verl.cpu.rollout.HFServerAdapter"
+
+# veRL's CheckpointEngineRegistry: the object-store engine, registered as it imports
+import coba_verl.cpu.checkpoint_engine  # noqa: E402,F401

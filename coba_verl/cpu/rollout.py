@@ -7,14 +7,17 @@ on a CPU-only machine, so this module provides the three pieces veRL asks of a r
 registered under the name ``hf`` (``actor_rollout_ref.rollout.name=hf``, see `registration`):
 
 `HFReplica`        ``RolloutReplica``: launches one `HFServer` actor per replica (hybrid mode:
-                   the replica's trainer workers hold the weights, the server holds a copy).
+                   the replica's trainer workers hold the weights, the server holds a copy;
+                   standalone mode, ``separate_async``'s rollout pool: veRL's checkpoint-engine
+                   worker holds the adapter and `checkpoint_engine` brings the weights).
 `HFServer`         the Ray actor veRL's router calls. Concurrent ``generate`` calls are batched
                    into one forward pass per token (KV cache, left padding); sampling honours
                    temperature (0 = greedy), top-k, top-p, ``max_tokens`` and stop tokens.
-`HFServerAdapter`  ``BaseRollout`` inside each trainer worker: veRL's naive checkpoint engine
-                   pushes the actor's full weights through ``update_weights`` after every step;
-                   the replica's first rank forwards them to its server (every rank consumes the
-                   generator, whose FSDP all-gathers are collective).
+`HFServerAdapter`  ``BaseRollout`` inside each trainer worker (or checkpoint-engine worker):
+                   veRL's checkpoint engine pushes the actor's full weights through
+                   ``update_weights`` (a generator, sync or async); the replica's first rank
+                   forwards them to its server (every rank consumes the generator, whose FSDP
+                   all-gathers are collective).
 
 Sampling is reproducible for a given model: the draws of a request come from a generator
 seeded by ``(rollout.seed, global step of the weights, prompt token ids, k)`` where k counts
@@ -63,6 +66,7 @@ import torch
 import torch.nn.functional as F
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from coba_verl.decoding import kv_decode
 
@@ -496,5 +500,7 @@ class HFServerAdapter(BaseRollout):
     ) -> None:
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout takes full named tensors, got wire_format={wire_format!r}")
-        state = {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in weights}
+        state = {}
+        async for name, tensor in ensure_async_iterator(weights):
+            state[name] = tensor.detach().to("cpu", torch.float32).clone()
         await self._server_handle().update_weights.remote(state, global_steps)

@@ -4,8 +4,15 @@ veRL's workers create their process group as ``"cpu:gloo,{device}:{backend}"``
 (``verl/utils/distributed.py``), which on the ``cpu`` platform reads ``"cpu:gloo,cpu:gloo"``:
 torch refuses a device listed twice. veRL skips its own call when a group already exists, so
 `GlooActorRolloutRefWorker` creates a plain gloo group first and is otherwise veRL's
-``ActorRolloutRefWorker``. `use_gloo_workers` swaps it into a trainer's role -> worker map
-(``CobaTrainer._init_resource_pool_mgr`` calls it when the CPU backend is on).
+``ActorRolloutRefWorker``. `use_gloo_workers` swaps it into a trainer's role -> worker map; the
+`GlooWorkers` mixin (in each CoBA V1 trainer class) calls it when the CPU backend is on.
+
+``separate_async`` puts veRL's ``DetachActorWorker`` in that map instead
+(``trainer_separate_async.py:114-126``), which snapshots the actor's shards to host memory between
+local updates: `GlooDetachActorWorker` is it with the gloo group, and with snapshots that copy.
+veRL's FSDP2 snapshot takes ``param.detach().cpu()`` of each shard (``fsdp_utils.py:1167``, and
+the DTensor branch below it), which on a CPU tensor is the tensor itself, not a copy: the
+"saved" old policy would follow every optimizer step and the restore would restore nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +21,14 @@ import os
 from typing import Any
 
 import ray
+import torch
 import torch.distributed as dist
+from omegaconf import OmegaConf
+from verl.experimental.separation.engine_workers import DetachActorWorker
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import ActorRolloutRefWorker
+
+from coba_verl.framework_api import actor_python_class
 
 
 def init_gloo_process_group() -> None:
@@ -37,8 +50,49 @@ class GlooActorRolloutRefWorker(ActorRolloutRefWorker):
         super().__init__(*args, **kwargs)
 
 
+def _owned(value: Any) -> Any:
+    """``value`` with every tensor in it (dicts, tuples, lists) cloned; anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {key: _owned(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_owned(item) for item in value)
+    return value
+
+
+class GlooDetachActorWorker(DetachActorWorker):
+    """veRL's ``DetachActorWorker`` with a gloo-only process group and snapshots that own their memory."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init_gloo_process_group()
+        super().__init__(*args, **kwargs)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_model_to_cpu(self, n: int) -> None:
+        """veRL's snapshot of the actor's shards under key ``n``, each shard cloned (module docstring)."""
+        super().save_model_to_cpu(n)
+        self.cpu_saved_models[n] = _owned(self.cpu_saved_models[n])
+
+
+#: veRL's worker class -> the CPU backend's
+GLOO_WORKERS = {ActorRolloutRefWorker: GlooActorRolloutRefWorker, DetachActorWorker: GlooDetachActorWorker}
+
+
+class GlooWorkers:
+    """A mixin for veRL's V1 trainer (before it in the bases): with the CPU backend on
+    (``coba_cpu.enable``), veRL's worker map gets the gloo workers (`use_gloo_workers`)."""
+
+    def _init_resource_pool_mgr(self) -> None:
+        super()._init_resource_pool_mgr()
+        if OmegaConf.select(self.config, "coba_cpu.enable"):
+            use_gloo_workers(self.role_worker_mapping)
+
+
 def use_gloo_workers(role_worker_mapping: dict) -> None:
-    """Replace every ``ActorRolloutRefWorker`` in veRL's role -> Ray actor class map, in place."""
+    """Replace every ``ActorRolloutRefWorker`` and ``DetachActorWorker`` in veRL's role -> Ray actor
+    class map, in place."""
     for role, actor_cls in list(role_worker_mapping.items()):
-        if getattr(actor_cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
-            role_worker_mapping[role] = ray.remote(GlooActorRolloutRefWorker)
+        gloo = GLOO_WORKERS.get(actor_python_class(actor_cls))
+        if gloo is not None:
+            role_worker_mapping[role] = ray.remote(gloo)

@@ -24,6 +24,7 @@ from pathlib import Path
 from coba_verl.data.checks import check_files, train_test_overlap
 from coba_verl.data.prepare import SplitReport, prepare_split
 from coba_verl.data.sources import GROUPS, SOURCES, SourceSpec, resolve
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["main", "build_parser"]
 
@@ -98,12 +99,12 @@ def _local_paths(raw: list[str], specs: tuple[SourceSpec, ...], group: bool) -> 
             key, path = "", item
         if group:
             if key not in out:
-                raise ValueError(
+                raise CobaRefusal(
                     f"--local-path {item}: for a group, prefix the path with a member, one of {sorted(out)}."
                 )
             spec = next(s for s in specs if s.name == key)
             if len(spec.splits) != 1:
-                raise ValueError(
+                raise CobaRefusal(
                     f"--local-path {item}: {key} has splits {sorted(spec.splits)}; prepare it on its own."
                 )
             out[key][next(iter(spec.splits))] = path
@@ -111,13 +112,13 @@ def _local_paths(raw: list[str], specs: tuple[SourceSpec, ...], group: bool) -> 
         spec = specs[0]
         if not key:
             if len(spec.splits) != 1:
-                raise ValueError(
+                raise CobaRefusal(
                     f"--local-path {item}: {spec.name} has splits {sorted(spec.splits)}; "
                     f"write SPLIT=PATH, e.g. --local-path train={item}."
                 )
             key = next(iter(spec.splits))
         if key not in spec.splits:
-            raise ValueError(
+            raise CobaRefusal(
                 f"--local-path {item}: {spec.name} has no split {key!r}; "
                 f"its splits are {sorted(spec.splits)}."
             )
@@ -203,16 +204,16 @@ def main(argv: list[str] | None = None, prog: str = "coba-verl data") -> int:
         specs = resolve(args.dataset)
         local = _local_paths(args.local_path, specs, group)
         if group and (args.hub_id or args.question_field or args.answer_field or args.pass_rate_field):
-            raise ValueError(
+            raise CobaRefusal(
                 "--hub-id, --question-field, --answer-field and --pass-rate-field apply to one dataset, "
                 "not a group."
             )
         wanted = set(args.splits.split(",")) if args.splits else None
         if args.index_offset < 0:
-            raise ValueError(f"--index-offset {args.index_offset}: give an integer >= 0.")
+            raise CobaRefusal(f"--index-offset {args.index_offset}: give an integer >= 0.")
         if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit {args.limit}: give an integer >= 1, or omit it to read every row.")
-    except ValueError as err:
+            raise CobaRefusal(f"--limit {args.limit}: give an integer >= 1, or omit it to read every row.")
+    except CobaRefusal as err:
         parser.error(str(err))
 
     root = (args.output_dir or (DEFAULT_ROOT if group else DEFAULT_ROOT / args.dataset)).expanduser()

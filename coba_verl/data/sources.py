@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coba_verl.data.formats import AnswerKind, PromptStyle
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["SourceSpec", "SOURCES", "GROUPS", "PAPER_EVAL", "resolve"]
 
@@ -226,6 +227,6 @@ def resolve(name: str) -> tuple[SourceSpec, ...]:
         return (SOURCES[name],)
     if name in GROUPS:
         return tuple(SOURCES[m] for m in GROUPS[name])
-    raise ValueError(
+    raise CobaRefusal(
         f"dataset {name!r} is unknown; choose one of {sorted(SOURCES)} or a group {sorted(GROUPS)}."
     )

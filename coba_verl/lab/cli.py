@@ -29,6 +29,7 @@ from typing import Any
 
 from coba_verl.core.config import CobaConfig
 from coba_verl.lab.config import DEFAULT_SCENARIO, SCENARIOS, LabConfig, parse_run_label
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["main", "build_parser"]
 
@@ -90,7 +91,7 @@ def _parser_for(name: str, default: Any) -> Any:
             for label in value:
                 try:
                     parse_run_label(label)
-                except ValueError as err:
+                except CobaRefusal as err:
                     raise argparse.ArgumentTypeError(str(err)) from None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = config_from_args(args)
-    except ValueError as err:
+    except CobaRefusal as err:
         parser.error(str(err))
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {cfg.device}: torch sees no CUDA device here; use --device cpu.")

@@ -10,6 +10,7 @@ from coba_verl.arithmetic.task import parse_levels
 from coba_verl.core.config import STRATEGIES, CobaConfig
 from coba_verl.core.group_weight import GROUP_WEIGHTS, RENAMED_GROUP_WEIGHTS, check_group_weight
 from coba_verl.core.solvers import check_budget
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_label"]
 
@@ -55,7 +56,7 @@ def parse_run_label(label: str) -> RunSpec:
     head, at, raw = (x.strip() for x in label.strip().partition("@"))
     head, plus, option = (x.strip() for x in head.partition("+"))
     if plus and option != PRIOR_OPTION:
-        raise ValueError(
+        raise CobaRefusal(
             f"run option {option!r} in {label!r} is unknown; the one option is '+{PRIOR_OPTION}' "
             f"(e.g. '{head}+{PRIOR_OPTION}')."
         )
@@ -63,14 +64,14 @@ def parse_run_label(label: str) -> RunSpec:
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
-        raise ValueError(
+        raise CobaRefusal(
             f"strategy {strategy!r}{where} is unknown; use one of {', '.join(STRATEGIES)}, "
             "optionally with a group weight and a budget scale such as 'coba:equal@0.5'."
         )
     group_weight = None
     if colon:
         if weight not in GROUP_WEIGHTS and weight not in RENAMED_GROUP_WEIGHTS:
-            raise ValueError(
+            raise CobaRefusal(
                 f"group weight {weight!r} in {label!r} is unknown; use one of {', '.join(GROUP_WEIGHTS)}, "
                 f"e.g. '{strategy}:equal'."
             )
@@ -82,7 +83,7 @@ def parse_run_label(label: str) -> RunSpec:
     except ValueError:
         scale = math.nan
     if not 0.0 < scale <= 1.0:  # also false for NaN
-        raise ValueError(
+        raise CobaRefusal(
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
@@ -182,14 +183,14 @@ class LabConfig:
 
     def __post_init__(self) -> None:
         if not self.runs:
-            raise ValueError("runs is empty; name at least one strategy, e.g. runs=['uniform', 'coba'].")
+            raise CobaRefusal("runs is empty; name at least one strategy, e.g. runs=['uniform', 'coba'].")
         specs = [parse_run_label(r) for r in self.runs]
         labels = [s.label for s in specs]
         if len(set(labels)) != len(labels):
-            raise ValueError(f"runs={self.runs} repeats a strategy; list each once.")
+            raise CobaRefusal(f"runs={self.runs} repeats a strategy; list each once.")
         self.runs = labels
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds={self.seeds} must be a non-empty list of distinct integers.")
+            raise CobaRefusal(f"seeds={self.seeds} must be a non-empty list of distinct integers.")
         positive = (
             "n_train", "n_eval", "steps", "prompts_per_step", "rollouts_per_prompt", "eval_every",
             "eval_samples", "hidden_size", "num_layers", "intermediate_size", "warm_batch_size",
@@ -197,33 +198,33 @@ class LabConfig:
         )  # fmt: skip
         for name in positive:
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
+                raise CobaRefusal(f"{name}={getattr(self, name)} must be a positive integer.")
         for name in ("warm_steps", "threads"):
             if int(getattr(self, name)) < 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
+                raise CobaRefusal(f"{name}={getattr(self, name)} must be >= 0.")
         if self.prompts_per_step > self.n_train:
-            raise ValueError(
+            raise CobaRefusal(
                 f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; "
                 "lower it or grow the set."
             )
         if self.hidden_size % 4:
-            raise ValueError(f"hidden_size={self.hidden_size} must be a multiple of 4 (4 attention heads).")
+            raise CobaRefusal(f"hidden_size={self.hidden_size} must be a multiple of 4 (4 attention heads).")
         if not 0.0 <= self.warm_target <= 1.0:
-            raise ValueError(f"warm_target={self.warm_target} must lie in [0, 1].")
+            raise CobaRefusal(f"warm_target={self.warm_target} must lie in [0, 1].")
         for name in ("lr", "warm_lr", "grad_clip"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be positive.")
+                raise CobaRefusal(f"{name}={getattr(self, name)} must be positive.")
         parse_levels(self.levels)  # validates the names and weights
         unknown = [lv for lv in self.warm_levels if lv not in self.levels]
         if unknown:
-            raise ValueError(f"warm_levels {unknown} are not in levels {list(self.levels)}; list a subset.")
+            raise CobaRefusal(f"warm_levels {unknown} are not in levels {list(self.levels)}; list a subset.")
         if not str(self.device).startswith(("cpu", "cuda", "mps")):
-            raise ValueError(f"device={self.device!r} is not a torch device; use cpu, cuda or cuda:N.")
+            raise CobaRefusal(f"device={self.device!r} is not a torch device; use cpu, cuda or cuda:N.")
         if "strategy" in self.coba:
-            raise ValueError("coba.strategy is set per run; list strategies in runs instead.")
+            raise CobaRefusal("coba.strategy is set per run; list strategies in runs instead.")
         for name in ("prior_field", "prior_file"):
             if self.coba.get(name) is not None:
-                raise ValueError(
+                raise CobaRefusal(
                     f"coba.{name}={self.coba[name]!r}: the lab generates its prompts per seed, so it "
                     "measures their priors itself; label a run '+prior' (e.g. 'coba+prior') and set "
                     "prior_samples."
@@ -232,7 +233,7 @@ class LabConfig:
             cfg = self.coba_config("uniform")  # validates the knobs
         except TypeError as err:
             kinds = {k: type(v).__name__ for k, v in self.coba.items()}
-            raise ValueError(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
+            raise CobaRefusal(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
             check_budget(
                 self.prompts_per_step, self.budget(spec), cfg.min_rollouts, cfg.max_rollouts,
@@ -248,7 +249,7 @@ class LabConfig:
             ValueError: naming the scenario when it is unknown.
         """
         if name not in SCENARIOS:
-            raise ValueError(f"scenario {name!r} is unknown; choose one of {', '.join(SCENARIOS)}.")
+            raise CobaRefusal(f"scenario {name!r} is unknown; choose one of {', '.join(SCENARIOS)}.")
         return cls(**{**SCENARIOS[name], "scenario": name, **overrides})
 
     @property

@@ -37,6 +37,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
 from coba_verl.arithmetic.model import ModelSpec, build_model, sample
+from coba_verl.arithmetic.outcomes import sample_scores, trim_padding
 from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
@@ -225,12 +226,6 @@ def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedCo
     return ctx
 
 
-def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop leading columns that are padding in every row."""
-    first = int(torch.nonzero(mask.sum(0))[0, 0])
-    return ids[:, first:], mask[:, first:]
-
-
 def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
     """A generator on the model's device (sampling draws its random numbers there)."""
     return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
@@ -241,7 +236,7 @@ def _generate(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one completion per row; every returned tensor is on the model's device."""
     device = next(model.parameters()).device
-    ids, mask = _trim(ids, mask)
+    ids, mask = trim_padding(ids, mask)
     ids, mask = ids.to(device), mask.to(device)
     resp, rmask = sample(
         model,
@@ -267,16 +262,10 @@ def _sample_scores(
     chunk: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """k samples at temperature 1 of every prompt of ``split`` (``ids``/``mask`` its encoding), in
-    chunks of ``chunk`` rows drawn from ``gen``: (rows (n*k,) = [0..n-1, 0..n-1, ...], scores (n*k,))."""
-    rows = np.tile(np.arange(len(split)), k)
-    scores = np.zeros(rows.size, dtype=np.float64)
-    for start in range(0, rows.size, chunk):
-        r = rows[start : start + chunk]
-        _, _, resp, rmask = _generate(model, ctx, ids[r], mask[r], gen)
-        scores[start : start + r.size] = score_batch(
-            decode_responses(ctx.tok, resp, rmask), [split.answers[i] for i in r]
-        )
-    return rows, scores
+    chunks of ``chunk`` rows drawn from ``gen`` (`coba_verl.arithmetic.outcomes.sample_scores`)."""
+    return sample_scores(
+        model, ctx.tok, ids, mask, split.answers, k, gen, max_new_tokens=ctx.max_new_tokens, chunk=chunk
+    )
 
 
 def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:

@@ -10,23 +10,22 @@ are `CobaConfig`'s, budget feasibility is `coba_verl.core.check_budget`'s and th
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import inspect
-from pathlib import Path
+import importlib
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
 from coba_verl.core.config import require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
+from coba_verl.framework_api import FrameworkMismatch, actor_python_class, check_api, mismatch
 from coba_verl.records.priors import read_prior_file
+from coba_verl.refusal import CobaRefusal
 
 __all__ = [
     "COBA_FLAG_PREFIX",
+    "openrlhf_mismatch",
     "DEFAULT_ID_KEY",
     "EXTENDED",
     "check_args",
-    "check_group_weight_mode",
     "check_openrlhf_api",
 ]
 
@@ -36,8 +35,10 @@ COBA_FLAG_PREFIX = "--coba."
 DEFAULT_ID_KEY = "prompt_id"
 TESTED_VERSION = "0.11.2"
 #: OpenRLHF 0.11.2's ``--actor.loss_agg_mode`` values by what ``--coba.group_weight equal`` does
-#: under them: exact under ``seq-mean-token-mean`` (each sample's token mean weighs 1 / N); under
-#: ``token-mean`` a group weighs by its mean response length.
+#: under them: exact under ``seq-mean-token-mean`` (every sample weighs 1 / N, so a group's factors
+#: (N / M) / B_g sum to 1 / M of the loss); under ``token-mean`` (the default) a group weighs by its
+#: mean response length, said at INFO. OpenRLHF 0.11.2's parser accepts no other mode; one a later
+#: release adds is refused (`check_aggregation`).
 GROUP_WEIGHT_MODES = AggregationModes(
     setting="--actor.loss_agg_mode",
     exact=("seq-mean-token-mean",),
@@ -46,8 +47,10 @@ GROUP_WEIGHT_MODES = AggregationModes(
 )
 
 
-#: (module, class, method) -> the parameters coba-verl relies on, in order.
-EXTENDED: dict[tuple[str, str, str], tuple[str, ...]] = {
+#: (module, class or None for the module itself, method) -> the parameters coba-verl relies on, in
+#: order. ``hierarchize`` is what the entry point stands in for, right after OpenRLHF's parser.
+EXTENDED: dict[tuple[str, str | None, str], tuple[str, ...]] = {
+    ("openrlhf.utils.config", None, "hierarchize"): ("args",),
     ("openrlhf.trainer.ppo_utils.samples_generator", "SamplesGenerator", "__init__"): (
         "self",
         "strategy",
@@ -111,68 +114,38 @@ EXTENDED: dict[tuple[str, str, str], tuple[str, ...]] = {
         "client_states",
     ),
     ("openrlhf.trainer.ppo_trainer", "BasePPOTrainer", "init_checkpoint_states"): ("self",),
+    ("openrlhf.trainer.ppo_trainer", "PPOTrainer", "get_max_steps"): ("self",),
 }
 
 
 def check_openrlhf_api() -> None:
-    """Refuse to load against an OpenRLHF whose classes lack a method we extend or changed its parameters.
+    """Refuse to load against an OpenRLHF whose API differs from what coba-verl extends (`EXTENDED`,
+    `coba_verl.framework_api.check_api`), or whose `PPOTrainer` is no Ray actor class with a
+    Python class to subclass (Ray refuses a direct subclass of the actor class).
 
-    Also checks the two routes the entry point takes: `PPOTrainer` is a Ray actor class whose
-    Python class is reachable (Ray refuses a direct subclass), and ``cli/train_ppo_ray.train``
-    imports ``PPOTrainer`` by module name when called (so that our class can stand in for it).
+    Whether OpenRLHF's CLI still builds its trainer through the names the entry point stands in
+    for is checked by what the CLI does when it runs (`coba_verl.openrlhf.train`).
 
     Raises:
-        ImportError: naming the method, the signature found and the one expected.
+        FrameworkMismatch: (an ImportError) naming the method, the signature found and the one expected.
     """
     import openrlhf.trainer.ppo_trainer as ppo_trainer
 
-    try:
-        version = importlib.metadata.version("openrlhf")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    fix = f"(tested with OpenRLHF {TESTED_VERSION}). Install it: pip install 'openrlhf=={TESTED_VERSION}'."
-    for (module, cls_name, name), expected in EXTENDED.items():
-        cls = getattr(importlib.import_module(module), cls_name)
-        method = getattr(cls, name, None)
-        if method is None:
-            raise ImportError(
-                f"OpenRLHF {version}: {cls_name}.{name} does not exist; coba-verl extends it {fix}"
-            )
-        # Ray's tracing hook adds _ray_trace_ctx to the methods of an actor class (PPOTrainer's bases).
-        found = tuple(p for p in inspect.signature(method).parameters if p != "_ray_trace_ctx")
-        if found != expected:
-            raise ImportError(
-                f"OpenRLHF {version}: {cls_name}.{name}{inspect.signature(method)} differs from the "
-                f"({', '.join(expected)}) that coba-verl extends {fix}"
-            )
-    try:
-        _ = ppo_trainer.PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
-    except AttributeError:
-        raise ImportError(
-            f"OpenRLHF {version}: PPOTrainer is no longer a Ray actor class whose Python class coba-verl can "
-            f"subclass {fix}"
-        ) from None
-    # Read, not imported: the entry point runs that module as __main__.
-    with open(importlib.util.find_spec("openrlhf.cli.train_ppo_ray").origin, encoding="utf-8") as f:
-        cli_source = f.read()
-    if "    from openrlhf.trainer.ppo_trainer import PPOTrainer" not in cli_source:
-        raise ImportError(
-            f"OpenRLHF {version}: cli/train_ppo_ray.train no longer imports PPOTrainer when called, so "
-            f"coba-verl's trainer cannot stand in for it {fix}"
+    expected = {}
+    for (module_name, owner, name), params in EXTENDED.items():
+        module = importlib.import_module(module_name)
+        found = getattr(module, owner) if owner else module
+        expected[(actor_python_class(found) or found, name)] = params  # an actor class: its Python class
+    check_api("OpenRLHF", "openrlhf", TESTED_VERSION, expected)
+    if actor_python_class(ppo_trainer.PPOTrainer) is None:
+        raise openrlhf_mismatch(
+            "PPOTrainer is no longer a Ray actor class whose Python class coba-verl can subclass"
         )
 
 
-def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """`coba_verl.core.group_weight.check_aggregation` for OpenRLHF's ``--actor.loss_agg_mode``.
-
-    Exact under ``seq-mean-token-mean`` (every sample weighs 1 / N, so a group's factors
-    (N / M) / B_g sum to 1 / M of the loss); said at INFO under ``token-mean`` (OpenRLHF's default).
-    OpenRLHF 0.11.2's parser accepts no other mode; one a later release adds is refused.
-
-    Raises:
-        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
-    """
-    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
+def openrlhf_mismatch(problem: str) -> FrameworkMismatch:
+    """The refusal of an OpenRLHF that is not the one tested (`coba_verl.framework_api.mismatch`)."""
+    return mismatch("OpenRLHF", "openrlhf", TESTED_VERSION, problem)
 
 
 def round_size(args: Any) -> int:
@@ -180,53 +153,75 @@ def round_size(args: Any) -> int:
     return int(args.rollout.vllm_generate_batch_size or args.rollout.batch_size)
 
 
+def async_refusal(async_enable: bool, partial_rollout: bool) -> str:
+    """Why ``--train.async_enable`` and ``--train.partial_rollout_enable`` are refused, naming the ones set.
+
+    OpenRLHF 0.11.2 allows partial rollout only as a mode of async (``cli/train_ppo_ray.py:717-718``):
+    both are refused for async's decisive reason, with partial rollout's own consequence added.
+    """
+    flags = " with ".join(
+        flag
+        for flag, given in (
+            ("--train.async_enable", async_enable),
+            ("--train.partial_rollout_enable", partial_rollout),
+        )
+        if given
+    )
+    partial = (
+        " Partial rollout (a mode of async, cli/train_ppo_ray.py:717-718) pauses vLLM with mode='keep' "
+        "around each weight sync instead of locking (ppo_trainer_async.py:255-265, vllm_engine.py:130-131), "
+        "so a sample's tokens may come from two policy versions."
+        if partial_rollout
+        else ""
+    )
+    return (
+        f"{flags} is not supported with CoBA budgets: OpenRLHF's CLI then runs PPOTrainerAsync "
+        "(cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds OpenRLHF's own SamplesGenerator "
+        "(trainer/ppo_trainer_async.py:58-64), so the budgets would be silently ignored. Beyond that, the "
+        "generator runs up to --train.async_queue_size rounds ahead of training (ppo_trainer_async.py:110, "
+        "229-230, 292-297), while coba-verl's tracker learns a round's pass rates in the trainer's "
+        "train_step, so a round's budgets would be chosen without the previous rounds' scores; and async "
+        "admits over-sampling (--rollout.vllm_generate_batch_size > --rollout.batch_size, "
+        f"cli/train_ppo_ray.py:740-744), which cuts a round's samples into several training chunks.{partial} "
+        "Drop --train.async_enable and --train.partial_rollout_enable."
+    )
+
+
 def check_args(args: Any, coba: CobaConfig) -> None:
     """Refuse OpenRLHF settings under which per-prompt budgets cannot work (on the parsed arguments).
 
     Raises:
         ValueError: ``--coba.budget_unit tokens`` (`require_rollout_budget`: a round is M x n
-            samples); ``--train.async_enable``; ``--algo.dynamic_filtering_enable``; a
+            samples); ``--train.async_enable`` or ``--train.partial_rollout_enable``
+            (`async_refusal`); ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist or that the trainer's reader
             (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
-            ``--actor.loss_agg_mode`` `check_group_weight_mode` does not know; no rollout engine
-            (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
+            ``--actor.loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know (`check_aggregation`); no
+            rollout engine (``--vllm.num_engines`` unset or 0); a round of M prompts whose M * n samples no
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
-    if args.train.async_enable:
-        raise ValueError(
-            "--train.async_enable is not supported with CoBA budgets: OpenRLHF's CLI then runs "
-            "PPOTrainerAsync (cli/train_ppo_ray.py:145-146), whose GenerateSamplesActor builds OpenRLHF's "
-            "own SamplesGenerator (trainer/ppo_trainer_async.py:58), so the budgets would be silently "
-            "ignored; it also generates one round ahead of training or more (--train.async_queue_size), "
-            "so a round's budgets would be chosen before the previous round's pass rates reach the "
-            "tracker, may over-sample prompts (--rollout.vllm_generate_batch_size > "
-            "--rollout.rollout_batch_size) and, with partial rollout, mixes weight versions within a "
-            "sample. Drop --train.async_enable (and --train.partial_rollout_enable)."
+    if args.train.async_enable or args.train.partial_rollout_enable:
+        raise CobaRefusal(
+            async_refusal(bool(args.train.async_enable), bool(args.train.partial_rollout_enable))
         )
     if args.algo.dynamic_filtering_enable:
-        raise ValueError(
+        raise CobaRefusal(
             "--algo.dynamic_filtering_enable is not supported with CoBA budgets: OpenRLHF drops a prompt "
             "whose mean score is not strictly inside --algo.dynamic_filtering_range and dispatches a "
             "replacement prompt with --rollout.n_samples_per_prompt samples, outside the round's "
-            "allocation (samples_generator.py:169-191), and the dropped group's scores never reach the "
-            "tracker; coba-verl's generator does not run that filter loop, so the flag would be ignored. "
+            "allocation (samples_generator.py:168-191); the dropped group's scores never reach the "
+            "tracker; and the training chunk is then cut at --rollout.batch_size x n samples of what was "
+            "kept (samples_generator.py:100, 131-133), which would split groups of B_i samples across "
+            "steps. coba-verl's generator does not run that filter loop, so the flag would be ignored. "
             "CoBA already moves budget away from prompts whose groups would carry no signal; drop "
             "--algo.dynamic_filtering_enable."
         )
-    check_group_weight_mode(coba.group_weight, str(args.actor.loss_agg_mode))
-    if coba.prior_file is not None and not Path(coba.prior_file).expanduser().is_file():
-        raise ValueError(
-            f"--coba.prior_file={coba.prior_file!r} does not exist: write it with `coba-verl estimate` or by "
-            "hand (JSON lines keyed by the --coba.id_key column's values), or drop --coba.prior_file."
-        )
-    if coba.prior_file is not None:
-        try:
-            read_prior_file(coba.prior_file, coba.prior_weight)  # the trainer's reader, before Ray
-        except ValueError as err:
-            raise ValueError(f"--coba.prior_file: {err}") from None
+    check_aggregation(coba.group_weight, str(args.actor.loss_agg_mode), GROUP_WEIGHT_MODES)
+    if coba.prior_file is not None:  # the trainer's reader, before Ray
+        read_prior_file(coba.prior_file, coba.prior_weight, f"{COBA_FLAG_PREFIX}prior_file")
     if not args.vllm.num_engines:
-        raise ValueError(
+        raise CobaRefusal(
             f"--vllm.num_engines={args.vllm.num_engines!r}: CoBA budgets are sent to OpenRLHF's rollout "
             "engines, one request per prompt with its budget; OpenRLHF cannot generate without one "
             "(samples_generator.py indexes the engine list). Set --vllm.num_engines 1 or more."

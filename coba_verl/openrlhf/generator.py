@@ -21,7 +21,7 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from coba_verl.core import BudgetAllocator
 from coba_verl.openrlhf.checks import round_size
-from coba_verl.openrlhf.groups import Round
+from coba_verl.records.rounds import Round
 
 __all__ = ["CobaSamplesGenerator", "IdentifiedPrompt", "check_group"]
 
@@ -106,6 +106,5 @@ class CobaSamplesGenerator(SamplesGenerator):
         for prompt, budget, responses in zip(prompts, allocation.budgets.tolist(), groups, strict=True):
             check_group(prompt, budget, responses)
             samples.extend(self._process_response_into_experience(r, **generate_kwargs) for r in responses)
-        group = np.repeat(np.arange(len(prompts)), allocation.budgets)  # [6, 2] -> [0 x6, 1 x2]
-        self.last_round = Round(ids=ids, allocation=allocation, group=group)
+        self.last_round = Round(ids=ids, allocation=allocation)  # rollouts in group order, as sampled
         return samples, None, len(prompts), exhausted

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,31 +23,12 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
+from coba_verl.records.rounds import Round
 
-__all__ = ["CobaExperienceMaker", "Round", "grouped_rewards"]
+__all__ = ["CobaExperienceMaker", "grouped_rewards"]
 
 #: The estimators whose baseline is a statistic of the prompt's group (OpenRLHF's list).
 GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "reinforce_baseline", "rloo")
-
-
-@dataclass
-class Round:
-    """One training round: its prompts, their budgets and the group of every sample.
-
-    Attributes:
-        ids: (M,) int64 tracker ids, in dispatch order.
-        allocation: the core's `Allocation` (budgets (M,), sum = M * n).
-        group: (N,) int64 position in ``ids`` of each sample, N = sum of budgets, in the order the
-            samples are handed to OpenRLHF: ``[6, 2] -> [0, 0, 0, 0, 0, 0, 1, 1]``.
-    """
-
-    ids: np.ndarray
-    allocation: Any
-    group: np.ndarray
-
-    @property
-    def budgets(self) -> np.ndarray:
-        return self.allocation.budgets
 
 
 def grouped_rewards(

@@ -28,10 +28,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from coba_verl.cli import carried_error, refuse
 from coba_verl.core import CobaConfig
-from coba_verl.openrlhf.checks import COBA_FLAG_PREFIX, DEFAULT_ID_KEY, check_args
-from coba_verl.records.saved_state import ResumeMismatch
+from coba_verl.openrlhf.checks import COBA_FLAG_PREFIX, DEFAULT_ID_KEY, check_args, openrlhf_mismatch
+from coba_verl.refusal import exit_on_refusal
 
 __all__ = ["main", "parse_coba_flags"]
 
@@ -49,7 +48,7 @@ def parse_coba_flags(argv: list[str]) -> tuple[CobaConfig, str, list[str]]:
 
     Raises:
         SystemExit: an unknown ``--coba.`` flag (argparse's message lists the known ones).
-        ValueError, TypeError: `CobaConfig`'s checks, naming ``coba.<field>``.
+        CobaRefusal: `CobaConfig`'s checks, naming ``coba.<field>``.
     """
     parser = argparse.ArgumentParser(
         prog="python -m coba_verl.openrlhf.train", add_help=False, allow_abbrev=False
@@ -68,46 +67,84 @@ def parse_coba_flags(argv: list[str]) -> tuple[CobaConfig, str, list[str]]:
     return CobaConfig(**values), id_key, rest
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        coba, id_key, rest = parse_coba_flags(argv)
-    except (ValueError, TypeError) as err:
-        refuse(err)
+class _StandIns:
+    """What ``openrlhf.cli.train_ppo_ray`` calls in coba-verl's place, and whether it called them.
 
+    OpenRLHF 0.11.2 builds its parser and checks its arguments under ``if __name__ == "__main__"``
+    and picks the trainer class inside ``train``, with no hook for either, so its CLI runs whole
+    (``runpy``) with two names of their home modules standing in while it runs:
+
+    - ``openrlhf.utils.config.hierarchize`` (the one conversion of OpenRLHF's flat flags, right after
+      parsing): OpenRLHF's own, then `check_args` before Ray starts, then the coba settings for the
+      trainer actor (``args.coba``);
+    - ``openrlhf.trainer.ppo_trainer.PPOTrainer``: this object, whose ``remote`` builds
+      `CobaPPOTrainer`.
+
+    Whether OpenRLHF still goes through them is checked by what it does, not by reading its source:
+    a trainer built from arguments that did not pass `hierarchize` is refused before its actor
+    starts, and a run that ends without building coba-verl's trainer (OpenRLHF found its trainer
+    elsewhere, so the budgets were never used) is refused when it ends (`check_built`). Both are a
+    `FrameworkMismatch` naming the OpenRLHF to install.
+    """
+
+    def __init__(self, coba: CobaConfig, id_key: str, hierarchize: Any, trainer: Any) -> None:
+        self.coba, self.id_key = coba, id_key
+        self._hierarchize, self._trainer = hierarchize, trainer
+        self.parsed = self.built = False
+
+    def hierarchize(self, flat: Any) -> Any:
+        args = self._hierarchize(flat)
+        check_args(args, self.coba)
+        config = asdict(self.coba)
+        if config["prior_file"] is not None:  # Ray's actors need not share the launcher's directory
+            config["prior_file"] = str(Path(config["prior_file"]).expanduser().resolve())
+        args.coba = {"config": config, "id_key": self.id_key}
+        self.parsed = True
+        return args
+
+    def remote(self, pretrain: Any, strategy: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.parsed or not hasattr(strategy.args, "coba"):
+            raise openrlhf_mismatch(
+                "its train_ppo_ray built the trainer from arguments that did not pass "
+                "openrlhf.utils.config.hierarchize, so coba-verl's checks and settings never reached them"
+            )
+        self.built = True
+        return self._trainer.remote(pretrain, strategy, *args, **kwargs)
+
+    def check_built(self) -> None:
+        if not self.built:
+            raise openrlhf_mismatch(
+                "its train_ppo_ray ran without building the trainer from "
+                "openrlhf.trainer.ppo_trainer.PPOTrainer, so coba-verl's trainer and budgets were never used"
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m coba_verl.openrlhf.train``: a refusal prints as one line, ``coba-verl: <message>``
+    (exit 2), whether it comes from the coba flags, `check_args` or the trainer actor (a resume of
+    another run's checkpoint); every other error keeps its traceback."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with exit_on_refusal():
+        coba, id_key, rest = parse_coba_flags(argv)
+        _run_openrlhf(coba, id_key, rest)
+
+
+def _run_openrlhf(coba: CobaConfig, id_key: str, rest: list[str]) -> None:
     import openrlhf.trainer.ppo_trainer as ppo_trainer
     import openrlhf.utils.config as openrlhf_config
 
     import coba_verl.openrlhf  # noqa: F401  (checks OpenRLHF's API)
     from coba_verl.openrlhf.trainer import CobaPPOTrainer
 
-    hierarchize, upstream_trainer = openrlhf_config.hierarchize, ppo_trainer.PPOTrainer
-
-    def hierarchize_and_check(flat: Any) -> Any:
-        args = hierarchize(flat)
-        try:
-            check_args(args, coba)
-        except ValueError as err:
-            refuse(err)
-        config = asdict(coba)
-        if config["prior_file"] is not None:  # Ray's actors need not share the launcher's directory
-            config["prior_file"] = str(Path(config["prior_file"]).expanduser().resolve())
-        args.coba = {"config": config, "id_key": id_key}
-        return args
-
-    # train_ppo_ray's __main__ imports both names when it runs, so these stand-ins are what it uses.
-    openrlhf_config.hierarchize = hierarchize_and_check
-    ppo_trainer.PPOTrainer = CobaPPOTrainer
+    upstream = openrlhf_config.hierarchize, ppo_trainer.PPOTrainer
+    stand_ins = _StandIns(coba, id_key, openrlhf_config.hierarchize, CobaPPOTrainer)
+    openrlhf_config.hierarchize, ppo_trainer.PPOTrainer = stand_ins.hierarchize, stand_ins
     sys.argv = ["openrlhf.cli.train_ppo_ray", *rest]
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
-    except Exception as error:
-        mismatch = carried_error(error, ResumeMismatch)  # raised in the trainer actor's fit
-        if mismatch is None:
-            raise
-        refuse(mismatch)
     finally:
-        openrlhf_config.hierarchize, ppo_trainer.PPOTrainer = hierarchize, upstream_trainer
+        openrlhf_config.hierarchize, ppo_trainer.PPOTrainer = upstream
+    stand_ins.check_built()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 `PPOTrainer` is declared with ``@ray.remote``, and Ray refuses a direct subclass of an actor class
 (``ray/actor.py``), so the Python class behind it is subclassed
-(``PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__``) and wrapped in ``ray.remote``
+(`coba_verl.framework_api.actor_python_class`) and wrapped in ``ray.remote``
 again. After upstream's ``__init__`` it installs:
 
     samples_generator  `CobaSamplesGenerator` (one request per prompt with n = B_i)
@@ -14,7 +14,9 @@ scores and adds the ``coba/...`` metrics to the step's status, which OpenRLHF lo
 tensorboard and its step line), `save_logs_and_checkpoints` (the allocator's saved state, in the
 format every glue keeps, `coba_verl.records.saved_state`, goes into the actor checkpoint's
 ``client_states`` as bytes) and `init_checkpoint_states` (restores it on
-``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would).
+``--ckpt.load_enable``, so a resumed run allocates as the uninterrupted one would), and
+`PPOTrainer.get_max_steps` (the driver's first call: it raises a refusal of the constructor, which
+Ray would otherwise report only as the text of an ActorDiedError).
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from openrlhf.utils.logging_utils import init_logger
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import step_metrics
+from coba_verl.framework_api import actor_python_class
 from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
 from coba_verl.records.prompt_ids import PromptIdMap
 from coba_verl.records.saved_state import ResumeMismatch, decode, encode, identify, restore_state, saved_state
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["STATE_KEY", "CobaPPOTrainer", "CobaPPOTrainerClass", "prompt_id_map"]
 
@@ -42,7 +46,7 @@ logger = init_logger(__name__)
 #: Key of the allocator's state in OpenRLHF's checkpoint ``client_states``.
 STATE_KEY = "coba_allocator"
 
-_UpstreamPPOTrainer = PPOTrainer.__ray_metadata__.modified_class.__ray_actor_class__
+_UpstreamPPOTrainer = actor_python_class(PPOTrainer)  # checked by check_openrlhf_api
 
 
 def prompt_rows(strategy: Any) -> Any:
@@ -75,7 +79,7 @@ def prompt_id_map(
     """
     data = prompt_rows(strategy) if data is None else data
     if id_key not in data.column_names:
-        raise ValueError(
+        raise CobaRefusal(
             f"--data.prompt_dataset has no column {id_key!r} (columns: {data.column_names}). CoBA keys each "
             f"prompt's pass rate by a stable id, not by its text (identical prompts must stay apart): add a "
             f"column of unique ids, e.g. the row number, or name yours with --coba.id_key."
@@ -118,6 +122,16 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
             vllm_engines,
             **generate_kwargs,
         )
+        # Ray reports an error of an actor's constructor as ActorDiedError, the error itself only as
+        # text; a refusal is kept and raised by the driver's first call instead (`get_max_steps`),
+        # whose task error carries it whole to the entry point's one-line report.
+        self.coba_refusal: CobaRefusal | None = None
+        try:
+            self._install_coba(pretrain, strategy, vllm_engines)
+        except CobaRefusal as refusal:
+            self.coba_refusal = refusal
+
+    def _install_coba(self, pretrain: Any, strategy: Any, vllm_engines: Any) -> None:
         coba = strategy.args.coba  # set by coba_verl.openrlhf.train
         self.coba_config = CobaConfig(**coba["config"])
         dataset, rows = self.prompts_dataloader.dataset, prompt_rows(strategy)
@@ -131,7 +145,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         cfg = self.coba_config  # priors before any checkpoint: a resume's tracker replaces them
         seed_from_table(
             self.allocator.tracker, id_map, cfg.prior_field, cfg.prior_file, cfg.prior_weight, rows,
-            coba["id_key"],
+            coba["id_key"], "--coba.",
         )  # fmt: skip
         self.samples_generator = CobaSamplesGenerator(
             strategy=strategy,
@@ -152,12 +166,17 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         )
         self.experience_maker.group_weight = self.coba_config.group_weight
 
+    def get_max_steps(self):
+        """OpenRLHF's, after raising the refusal the constructor kept (the driver calls it first)."""
+        if self.coba_refusal is not None:
+            raise self.coba_refusal
+        return super().get_max_steps()
+
     def train_step(self, rollout_samples, global_step):
         current = self.samples_generator.last_round
         self.experience_maker.round = current
         status, next_step = super().train_step(rollout_samples, global_step)
-        rollout_ids = current.ids[current.group]  # (N,) tracker id of each sample
-        self.allocator.observe(rollout_ids, self.experience_maker.raw_scores)
+        self.allocator.observe(current.rollout_ids, self.experience_maker.raw_scores)
         status.update(step_metrics(current.allocation, self.allocator.end_step()))
         logger.info(
             "coba step %d: tracker ids %s budgets %s",

@@ -30,7 +30,8 @@ import numpy as np
 
 from coba_verl.core.config import invalid_pass_rates
 from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
-from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.records.prompt_ids import PromptIdMap, index_key
+from coba_verl.refusal import CobaRefusal
 
 __all__ = [
     "PriorRecords",
@@ -58,6 +59,10 @@ class PriorRecords:
         successes, attempts: (K,) int64 counts, 0 <= successes <= attempts, attempts >= 1.
         source: e.g. ``"field extra_info.pass_rate"`` or ``"file priors.jsonl"``.
         without_prior: rows read that carry no record (the field is missing or null).
+
+    Raises:
+        CobaRefusal: an index that is no prompt index (`index_key`), or one with two records: a
+            prompt has one prior (3 and 3.0 are one index).
     """
 
     index: list[Any]
@@ -65,6 +70,14 @@ class PriorRecords:
     attempts: np.ndarray
     source: str
     without_prior: int = 0
+
+    def __post_init__(self) -> None:
+        seen: set[int | str] = set()
+        for value in self.index:
+            key = index_key(value, f"{self.source}: index")
+            if key in seen:
+                raise CobaRefusal(f"{self.source}: index {value!r} has more than one prior record.")
+            seen.add(key)
 
 
 def parse_prior_field(spec: str) -> tuple[str, ...]:
@@ -75,7 +88,7 @@ def parse_prior_field(spec: str) -> tuple[str, ...]:
     """
     names = tuple(part.strip() for part in str(spec).split("/"))
     if len(names) not in (1, 2) or not all(names):
-        raise ValueError(
+        raise CobaRefusal(
             f"prior_field={spec!r} must name one field holding a pass rate (e.g. extra_info.pass_rate) "
             "or two fields holding successes and attempts, joined by '/' "
             "(e.g. extra_info.pass_count/extra_info.attempts)."
@@ -107,7 +120,7 @@ def _checked(
             and 0 <= s <= a
         )
         if not ok:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{source}: the prior of index {i!r} is successes={s!r}, attempts={a!r}; a prior needs "
                 "integers with attempts >= 1 and 0 <= successes <= attempts."
             )
@@ -120,7 +133,7 @@ def _from_rates(
     values = np.array([_as_number(p) for p in rates], dtype=np.float64)
     for i, p, bad in zip(index, rates, invalid_pass_rates(values), strict=True):
         if bad:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{source}: the prior pass rate of index {i!r} is {p!r}; a pass rate lies in [0, 1]."
             )
     return pass_rate_records(values, weight)
@@ -163,17 +176,32 @@ def records_from_rows(
     return PriorRecords(index, succ, att, source, without)
 
 
-def read_prior_file(path: str | Path, weight: int) -> PriorRecords:
+def read_prior_file(path: str | Path, weight: int, name: str = "prior_file") -> PriorRecords:
     """Records from a JSON-lines file: ``index`` and either ``successes`` and ``attempts`` or ``pass_rate``.
 
+    The one reader of a prior file: the trainers read it with it, and the pre-flights of
+    ``coba-verl train`` and ``python -m coba_verl.openrlhf.train`` before Ray starts, so that the
+    same file is refused in the same words. ``name`` is the setting as the user wrote it
+    (``coba.prior_file``, ``--coba.prior_file``); every message starts with it.
+
     Raises:
-        FileNotFoundError: no such file.
-        ValueError: a line that is not a JSON object with ``index`` and one of the two forms, or a
-            bad value (named with its line).
+        CobaRefusal: no such file, a line that is not a JSON object with ``index`` and one of the
+            two forms, or a bad value (named with its line or index).
     """
-    path = Path(path).expanduser()
+    given, path = str(path), Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"prior_file={str(path)!r} does not exist.")
+        raise CobaRefusal(
+            f"{name}={given!r} does not exist: give a JSON-lines file of prior records keyed by the "
+            'training set\'s prompt index ({"index": ..., "successes": ..., "attempts": ...} or '
+            '{"index": ..., "pass_rate": ...}; `coba-verl estimate` writes one), or leave it unset.'
+        )
+    try:
+        return _read_records(path, weight)
+    except CobaRefusal as err:
+        raise CobaRefusal(f"{name}: {err}") from None
+
+
+def _read_records(path: Path, weight: int) -> PriorRecords:
     source = f"file {path}"
     index: list[Any] = []
     succ: list[Any] = []
@@ -186,9 +214,9 @@ def read_prior_file(path: str | Path, weight: int) -> PriorRecords:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{source} line {number} is not JSON: {err}.") from err
+            raise CobaRefusal(f"{source} line {number} is not JSON: {err}.") from err
         if not isinstance(record, dict) or "index" not in record:
-            raise ValueError(f"{source} line {number} has no index: {line[:120]!r}.")
+            raise CobaRefusal(f"{source} line {number} has no index: {line[:120]!r}.")
         if "successes" in record and "attempts" in record:
             index.append(record["index"])
             succ.append(record["successes"])
@@ -197,7 +225,7 @@ def read_prior_file(path: str | Path, weight: int) -> PriorRecords:
             rate_index.append(record["index"])
             rates.append(record["pass_rate"])
         else:
-            raise ValueError(
+            raise CobaRefusal(
                 f"{source} line {number} has neither successes and attempts nor pass_rate: {line[:120]!r}."
             )
     s1, a1 = _checked(index, succ, att, source)
@@ -227,11 +255,11 @@ def outcome_records(
     index = list(index)
     scores = list(scores)
     if len(index) != len(scores):
-        raise ValueError(f"{source}: {len(index)} prompt indices but {len(scores)} scores.")
+        raise CobaRefusal(f"{source}: {len(index)} prompt indices but {len(scores)} scores.")
     try:
         success = scores_to_successes(scores, success_value).tolist()  # (N,) 0/1
     except ValueError as err:
-        raise ValueError(f"{source}: {err}") from None
+        raise CobaRefusal(f"{source}: {err}") from None
     successes: dict[Any, int] = {}
     attempts: dict[Any, int] = {}
     for value, hit in zip(index, success, strict=True):
@@ -290,8 +318,11 @@ def configured_priors(
     weight: int,
     rows: Callable[[tuple[str, ...]], Iterable[Mapping[str, Any]]],
     index_values: Callable[[], Iterable[Any]],
+    prefix: str = "",
 ) -> PriorRecords | None:
     """The records ``prior_field`` and ``prior_file`` (`CobaConfig`) name; None when neither is set.
+
+    A refusal names the setting as ``prefix`` + its field name (``coba.prior_file``).
 
     Args:
         field, file, weight: `CobaConfig.prior_field`, ``prior_file``, ``prior_weight``.
@@ -304,12 +335,12 @@ def configured_priors(
         tops = tuple(sorted({name.split(".")[0] for name in parse_prior_field(field)}))
         records = records_from_rows(rows(tops), index_values(), field, weight)
         if not records.index:
-            raise ValueError(
-                f"prior_field={field!r}: no row of the training set has it ({records.without_prior} rows "
-                "read); check the field's name, or drop prior_field."
+            raise CobaRefusal(
+                f"{prefix}prior_field={field!r}: no row of the training set has it ({records.without_prior} "
+                f"rows read); check the field's name, or drop {prefix}prior_field."
             )
     if file is not None:
-        from_file = read_prior_file(file, weight)
+        from_file = read_prior_file(file, weight, f"{prefix}prior_file")
         records = from_file if records is None else combine(records, from_file)
     return records
 
@@ -322,14 +353,9 @@ def apply_priors(
     Records whose index is not in ``prompt_ids`` are ignored with a warning counting them.
 
     Raises:
-        ValueError: none of the records' indices is in the training set (a file for another
-            dataset?), or an index has two records.
+        CobaRefusal: none of the records' indices is in the training set (a file for another
+            dataset?).
     """
-    seen: set[Any] = set()
-    for value in records.index:
-        if value in seen:
-            raise ValueError(f"{records.source}: index {value!r} has more than one prior record.")
-        seen.add(value)
     known, unknown = [], 0
     for position, value in enumerate(records.index):
         try:
@@ -337,7 +363,7 @@ def apply_priors(
         except ValueError:
             unknown += 1
     if records.index and not known:
-        raise ValueError(
+        raise CobaRefusal(
             f"none of the {len(records.index)} prior records of {records.source} has an index of this "
             "training set: are they for another dataset (or another extra_info.index numbering)?"
         )
@@ -378,15 +404,17 @@ def seed_from_table(
     weight: int,
     table: Any,
     id_column: str,
+    prefix: str = "",
 ) -> dict[str, float] | None:
     """Seed ``tracker`` from ``prior_field`` (columns of ``table``) and ``prior_file`` (records keyed by
     ``id_column``'s values), if either is set; None when neither is.
 
     ``table`` is a column table (a HuggingFace ``Dataset``: ``column_names``, ``table[name]``), the
     training set as the trainer reads it (TRL's ``train_dataset``, OpenRLHF's prompt dataset). Dotted
-    field names read nested fields. The errors are `configured_priors`' and `apply_priors`'.
+    field names read nested fields. The errors are `configured_priors`' (which names the settings
+    with ``prefix``) and `apply_priors`'.
     """
     records = configured_priors(
-        field, file, weight, lambda tops: column_rows(table, tops), lambda: table[id_column]
+        field, file, weight, lambda tops: column_rows(table, tops), lambda: table[id_column], prefix
     )
     return None if records is None else apply_priors(tracker, prompt_ids, records)

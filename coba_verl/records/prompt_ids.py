@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from coba_verl.refusal import CobaRefusal
+
 #: What ``extra_info.index`` must be, in the words of every message and document that states it.
 INDEX_RULE = (
     "an extra_info.index in every training row that no other training row has: an integer or a string, "
@@ -73,7 +75,7 @@ class IndexRegistry:
         if self.first:
             first_key = next(iter(self.first))
             if type(key) is not type(first_key):
-                raise ValueError(
+                raise CobaRefusal(
                     f"{self.name} mixes types: {key!r} ({type(key).__name__}) after {first_key!r} "
                     f"({type(first_key).__name__}) of an earlier row; give every row the same type."
                 )
@@ -107,13 +109,13 @@ class PromptIdMap:
     ) -> None:
         self._name = name
         if not len(index_values):
-            raise ValueError("the training set is empty: there are no prompts to allocate rollouts to.")
+            raise CobaRefusal("the training set is empty: there are no prompts to allocate rollouts to.")
         registry = IndexRegistry(name)
         for row, value in enumerate(index_values):
             try:
                 registry.add(value, row)
             except RepeatedIndex as repeated:
-                raise ValueError(
+                raise CobaRefusal(
                     f"{name} must identify each training prompt, but rows {repeated.first} and {row} both "
                     f"have index {repeated.key!r} {repeated_hint}"
                 ) from None
@@ -140,7 +142,7 @@ class PromptIdMap:
         for value in index_values:
             key = index_key(value, self._name)
             if key not in self._id_of:
-                raise ValueError(
+                raise CobaRefusal(
                     f"batch prompt with {self._name}={key!r} is not in the training set this run "
                     "was started with."
                 )
@@ -158,11 +160,11 @@ def index_key(value: Any, name: str = "extra_info.index") -> int | str:
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         value = value.item()
     if value is None:
-        raise ValueError(f"{name} is missing.")
+        raise CobaRefusal(f"{name} is missing.")
     if isinstance(value, bool):
-        raise ValueError(f"{name}={value!r} is a bool; use an integer or a string.")
+        raise CobaRefusal(f"{name}={value!r} is a bool; use an integer or a string.")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int | str):
-        raise ValueError(f"{name}={value!r} of type {type(value).__name__} is not an integer or a string.")
+        raise CobaRefusal(f"{name}={value!r} of type {type(value).__name__} is not an integer or a string.")
     return value

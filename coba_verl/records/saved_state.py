@@ -36,6 +36,7 @@ import numpy as np
 
 from coba_verl.core import BudgetAllocator
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.refusal import CobaRefusal
 
 __all__ = [
     "FORMAT",
@@ -77,7 +78,7 @@ WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
 WEIGHT_SAMPLE = 1 << 16
 
 
-class ResumeMismatch(ValueError):
+class ResumeMismatch(CobaRefusal):
     """A saved allocator state that belongs to other prompts or another model than this run's."""
 
 

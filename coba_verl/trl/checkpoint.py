@@ -6,7 +6,8 @@ state in the format every glue keeps (`coba_verl.records.saved_state`: identity,
 an ``.npz`` without pickle), with TRL's own part as its extra:
 
     trl_step    TRL's ``GRPOTrainer._step`` at the save
-    round       the unfinished round, if any: ``ids`` (M,) tracker ids and its `Allocation`
+    round       the unfinished round, if any (`coba_verl.records.rounds.Round`): ``ids`` (M,) tracker ids
+                and its `Allocation`
 
 A round is unfinished when the checkpoint falls inside it (``num_iterations > 1``, or more
 buffered steps than accumulation steps): the tracker has observed it, but TRL does not save its
@@ -26,6 +27,7 @@ import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.records.rounds import Round
 from coba_verl.records.saved_state import (
     ResumeMismatch,
     RunIdentity,
@@ -36,31 +38,10 @@ from coba_verl.records.saved_state import (
     saved_state,
 )
 
-__all__ = ["STATE_FILE", "RoundPlan", "Resumed", "load_allocator", "run_identity", "save_allocator"]
+__all__ = ["STATE_FILE", "Resumed", "load_allocator", "run_identity", "save_allocator"]
 
 #: Name of the side file inside a TRL ``checkpoint-<step>`` folder.
 STATE_FILE = "coba_allocator.npz"
-
-
-@dataclass
-class RoundPlan:
-    """A round's prompts and their allocation."""
-
-    ids: np.ndarray  # (M,) int64 tracker ids, in the round's order
-    allocation: Allocation
-
-    def for_ids(self, ids: np.ndarray) -> Allocation | None:
-        """This allocation for the same prompts in the order ``ids`` (M,); None for other prompts.
-
-        The order can differ after a resume past the first epoch: TRL's RepeatSampler restarts
-        its shuffle there. ids [3, 0, 4], B [5, 2, 5]; for_ids([0, 4, 3]) -> B [2, 5, 5].
-        """
-        position = {int(i): k for k, i in enumerate(self.ids.tolist())}  # tracker id -> index here
-        if len(position) != len(ids) or set(position) != set(np.asarray(ids).tolist()):
-            return None
-        order = np.asarray([position[int(i)] for i in ids], dtype=np.int64)  # (M,)
-        a = self.allocation
-        return dataclasses.replace(a, budgets=a.budgets[order], pass_rates=a.pass_rates[order])
 
 
 @dataclass
@@ -68,7 +49,7 @@ class Resumed:
     """What a side file restores besides the tracker."""
 
     trl_step: int  # TRL's GRPOTrainer._step at the save
-    unfinished: RoundPlan | None  # the round the checkpoint fell inside, or None on a round boundary
+    unfinished: Round | None  # the round the checkpoint fell inside, or None on a round boundary
 
 
 def run_identity(train_dataset: Any, id_map: PromptIdMap, id_column: str, model: Any) -> RunIdentity:
@@ -89,7 +70,7 @@ def save_allocator(
     *,
     identity: RunIdentity,
     trl_step: int,
-    unfinished: RoundPlan | None = None,
+    unfinished: Round | None = None,
 ) -> str:
     """Write the allocator's state, TRL's ``_step`` and the unfinished round into ``folder``; its path."""
     extra: dict = {"trl_step": int(trl_step)}
@@ -130,5 +111,5 @@ def load_allocator(
     unfinished = None
     if "round" in extra:
         saved = extra["round"]
-        unfinished = RoundPlan(ids=saved["ids"], allocation=Allocation(**saved["allocation"]))
+        unfinished = Round(ids=saved["ids"], allocation=Allocation(**saved["allocation"]))
     return Resumed(trl_step=int(extra["trl_step"]), unfinished=unfinished)

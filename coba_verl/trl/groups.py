@@ -19,6 +19,7 @@ import torch
 from trl.trainer.utils import nanstd
 
 from coba_verl.core.allocator import prompt_mean_score as core_prompt_mean_score
+from coba_verl.records.rounds import group_index
 
 __all__ = [
     "collapse_runs",
@@ -66,12 +67,6 @@ def collapse_runs(row_ids: Sequence[Any], num_generations: int) -> np.ndarray:
             "collator cannot be combined with CobaGRPOTrainer."
         )
     return np.arange(0, t, g, dtype=np.int64)
-
-
-def group_index(budgets: np.ndarray) -> np.ndarray:
-    """(T,) int64 prompt of each expanded row: B = [2, 3, 1] -> [0, 0, 1, 1, 1, 2]."""
-    b = np.asarray(budgets, dtype=np.int64)
-    return np.repeat(np.arange(b.size, dtype=np.int64), b)
 
 
 def expand_rows(rows: Sequence[dict[str, Any]], budgets: np.ndarray) -> list[dict[str, Any]]:
@@ -200,6 +195,6 @@ def prompt_mean_score(scores: torch.Tensor, budgets: np.ndarray) -> float:
         scores [1, 1, 1, 1, 1, 1, 0, 0], B [6, 2]  ->  (1 + 0) / 2 = 0.5   (TRL's reward: 0.75)
     """
     values = scores.detach().double().cpu().numpy()  # (T,)
-    prompt = np.repeat(np.arange(len(budgets)), budgets)  # (T,) position of each row's prompt
+    prompt = group_index(budgets)  # (T,) position of each row's prompt
     scored = ~np.isnan(values)
     return core_prompt_mean_score(prompt[scored], values[scored])

@@ -1,6 +1,6 @@
 """`CobaGRPOTrainer`: TRL's `GRPOTrainer` with a CoBA-RL group size B_i per prompt (spec §1, §7).
 
-Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls TRL's own:
+Tested with TRL 1.16.0. Five methods of TRL's trainer are extended; each calls TRL's own:
 
 ``_generate_and_score_completions``  (train mode) gather the round's rows, collapse TRL's G copies
                                      of each prompt into one, B = allocate(ids, M * G) on the main
@@ -10,6 +10,10 @@ Tested with TRL 1.16.0. Four methods of TRL's trainer are extended; each calls T
                                      (times (R / G) / B_g under ``coba.group_weight=equal``),
                                      the tracker gets one score per completion, and the ``coba/``
                                      metrics go to TRL's log. Evaluation is TRL's, untouched.
+``_generate_single_turn``            TRL's; in vLLM server mode while training, one completion per
+                                     row, asked of the server one group size at a time
+                                     (`GroupSizeClient`). Transformers and colocated vLLM generate
+                                     per row already.
 ``_calculate_rewards``               TRL's, keeping the gathered rewards (T, F) for the above.
 ``_save_checkpoint``                 TRL's, then ``coba_allocator.npz`` in ``checkpoint-<step>/``.
 ``_load_optimizer_and_scheduler``    TRL's, then the allocator, TRL's ``_step`` and the unfinished
@@ -75,13 +79,21 @@ from trl import GRPOTrainer
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
-from coba_verl.trl.checkpoint import RoundPlan, load_allocator, run_identity, save_allocator
-from coba_verl.trl.checks import DEFAULT_ID_COLUMN, check_args, check_generation, prompt_id_map, seed_priors
+from coba_verl.records.rounds import Round, group_index
+from coba_verl.refusal import CobaTypeRefusal
+from coba_verl.trl.checkpoint import load_allocator, run_identity, save_allocator
+from coba_verl.trl.checks import (
+    DEFAULT_ID_COLUMN,
+    check_args,
+    check_generation,
+    check_trl_api,
+    prompt_id_map,
+    seed_priors,
+)
 from coba_verl.trl.groups import (
     collapse_runs,
     expand_rows,
     group_advantages,
-    group_index,
     prompt_mean_score,
     row_scores,
 )
@@ -90,6 +102,8 @@ from coba_verl.trl.server_client import GroupSizeClient
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_ID_COLUMN", "CobaGRPOTrainer", "weight_group_advantages"]
+
+check_trl_api(GRPOTrainer)
 
 
 def weight_group_advantages(advantages: torch.Tensor, budgets: np.ndarray, group_weight: str) -> torch.Tensor:
@@ -102,18 +116,16 @@ def weight_group_advantages(advantages: torch.Tensor, budgets: np.ndarray, group
     """
     if check_group_weight(group_weight) == "proportional":
         return advantages
-    groups = np.repeat(np.arange(len(budgets)), budgets)  # (T,)
+    groups = group_index(budgets)  # (T,)
     factors = torch.as_tensor(rollout_weights(groups, group_weight), dtype=advantages.dtype)
     return advantages * factors.to(advantages.device)
 
 
-@dataclass
-class _Round:
-    """One generation round as planned before TRL generates it."""
+@dataclass(frozen=True)
+class _Round(Round):
+    """One generation round as planned before TRL generates it: the `Round` (ids (M,), allocation,
+    ``rollout_ids`` (T,) of the expanded rows) and how this process takes part in it."""
 
-    allocation: Allocation  # budgets (M,) int64, sum == T
-    ids: np.ndarray  # (M,) int64 tracker id of every prompt
-    row_ids: np.ndarray  # (T,) int64 tracker id of every expanded row
     replayed: bool  # the checkpoint's unfinished round, observed before the interruption
     local_rows: list[dict[str, Any]]  # (L,) this process's slice of the expanded rows
     local_slice: slice  # its position in the round's T rows
@@ -166,7 +178,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         given = inspect.signature(GRPOTrainer.__init__).bind(None, *args, **kwargs).arguments
         coba = CobaConfig() if coba_config is None else coba_config
         if not isinstance(coba, CobaConfig):
-            raise TypeError(
+            raise CobaTypeRefusal(
                 f"coba_config must be a coba_verl.core.CobaConfig, got {type(coba).__name__}; for a mapping "
                 "use CobaConfig.from_mapping(...)."
             )
@@ -186,7 +198,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         seed_priors(self.allocator, id_map, coba, given["train_dataset"], prompt_id_column)
         self.last_allocation: Allocation | None = None
         self._last_ids: np.ndarray | None = None  # (M,) tracker ids of the latest round
-        self._unfinished: RoundPlan | None = None  # the checkpoint's unfinished round, until replayed
+        self._unfinished: Round | None = None  # the checkpoint's unfinished round, until replayed
         self._round_rewards: torch.Tensor | None = None
         logger.info(
             "CoBA-RL for TRL: %d prompts keyed by %r, strategy=%s, B in [%d, %d], mean %d per prompt",
@@ -210,7 +222,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         rewards_per_func = self._round_rewards
         assert rewards_per_func is not None, "TRL scored the round without _calculate_rewards"
-        assert rewards_per_func.shape[0] == plan.row_ids.size, "gathered rewards do not match the round"
+        assert rewards_per_func.shape[0] == plan.rollout_ids.size, "gathered rewards do not match the round"
         advantages, is_std_zero = group_advantages(
             rewards_per_func,
             self.reward_weights,
@@ -225,7 +237,7 @@ class CobaGRPOTrainer(GRPOTrainer):
         scores = row_scores(rewards_per_func, self.reward_weights)  # (T,), NaN = unscored
         round_metrics = {PREFIX + "prompt_mean_score": prompt_mean_score(scores, plan.allocation.budgets)}
         if not plan.replayed:  # a replayed round is in the restored tracker already
-            self._observe(plan.row_ids, scores)
+            self._observe(plan.rollout_ids, scores)
             round_metrics.update(self.allocator.end_step())
         metrics = step_metrics(plan.allocation, round_metrics)
         metrics[PREFIX + "plugin_time_s"] = plan.plan_s + time.perf_counter() - start
@@ -274,7 +286,7 @@ class CobaGRPOTrainer(GRPOTrainer):
             generate_every = self.args.steps_per_generation * self.num_iterations  # TRL's micro-steps a round
             unfinished = None
             if self._step % generate_every and self.last_allocation is not None:
-                unfinished = RoundPlan(ids=self._last_ids, allocation=self.last_allocation)
+                unfinished = Round(ids=self._last_ids, allocation=self.last_allocation)
             save_allocator(
                 folder,
                 self.allocator,
@@ -325,9 +337,8 @@ class CobaGRPOTrainer(GRPOTrainer):
         local_slice = slice(rank * local_n, (rank + 1) * local_n)
         local_rows = expand_rows(prompt_rows, allocation.budgets)[local_slice]  # (L,)
         return _Round(
-            allocation=allocation,
             ids=ids,
-            row_ids=ids[group_index(allocation.budgets)],  # (T,)
+            allocation=allocation,
             replayed=replayed,
             local_rows=local_rows,
             local_slice=local_slice,

@@ -26,7 +26,7 @@ reads a per-prompt n, so the budgets are expressed in rows, without a copy of ``
 Construction: ``main_ppo_v0.TaskRunner.run`` builds ``RayPPOTrainer`` by name (:218) and veRL
 has no trainer registry for the classic path, so `CobaTaskRunner.run` makes the same calls to
 TaskRunner's own helpers with `CobaRayPPOTrainer` (a Ray actor class cannot be subclassed, so it
-extends ``TaskRunner.__ray_actor_class__``).
+extends the Python class behind it, `coba_verl.framework_api.actor_python_class`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from coba_verl.core import BudgetAllocator
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
+from coba_verl.framework_api import actor_python_class
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX, check_config, user_batch
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
 
@@ -71,13 +73,13 @@ def translate_config(config: DictConfig) -> None:
     if OmegaConf.select(config, f"{CLASSIC_NODE}.rollout_n") is not None:
         return
     if OmegaConf.select(config, "algorithm.filter_groups.enable"):
-        raise ValueError(
+        raise CobaRefusal(
             "algorithm.filter_groups.enable=true with trainer.use_v1=false: veRL 0.9.1's classic "
             "RayPPOTrainer.fit() has no DAPO dynamic sampling (only the V1 trainer's replay buffer runs it), "
             "so the setting would be ignored. Set trainer.use_v1=true for DAPO with CoBA budgets."
         )
     if int(OmegaConf.select(config, "trainer.critic_warmup", default=0) or 0) > 0:
-        raise ValueError(
+        raise CobaRefusal(
             f"trainer.critic_warmup={config.trainer.critic_warmup} is not supported with "
             "trainer.use_v1=false: fit() skips _update_actor during the warmup (ray_trainer.py:1684), "
             "which is where the CoBA-RL tracker is fed. Set trainer.critic_warmup=0."
@@ -85,7 +87,7 @@ def translate_config(config: DictConfig) -> None:
     m, n = int(config.data.train_batch_size), int(config.actor_rollout_ref.rollout.n)
     gen_batch_size = OmegaConf.select(config, "data.gen_batch_size")
     if gen_batch_size not in (None, m):
-        raise ValueError(
+        raise CobaRefusal(
             f"data.gen_batch_size={gen_batch_size} with trainer.use_v1=false: each loader batch must be one "
             f"step's M=data.train_batch_size={m} prompts, over which CoBA-RL allocates. Unset "
             "data.gen_batch_size."
@@ -145,7 +147,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
 
     def __init__(self, config: DictConfig, *args: Any, **kwargs: Any) -> None:
         if OmegaConf.select(config, f"{CLASSIC_NODE}.rollout_n") is None:
-            raise ValueError(
+            raise CobaRefusal(
                 "CobaRayPPOTrainer needs the row translation of "
                 "coba_verl.verl_plugin.classic.translate_config (python -m coba_verl.main applies it when "
                 "trainer.use_v1=false)."
@@ -245,7 +247,7 @@ class CobaRayPPOTrainer(RayPPOTrainer):
 
 
 @ray.remote
-class CobaTaskRunner(TaskRunner.__ray_actor_class__):
+class CobaTaskRunner(actor_python_class(TaskRunner)):
     """veRL's classic ``TaskRunner`` building `CobaRayPPOTrainer` (and the CPU backend's workers)."""
 
     def add_actor_rollout_worker(self, config: DictConfig) -> tuple:

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
+from coba_verl.refusal import CobaRefusal
 
 #: Where veRL's validation puts the held-out metrics the step line shows (``val-core/<source>/.../mean@k``).
 HELD_OUT_PREFIX = "val-core/"
@@ -44,7 +45,9 @@ COBA_MODES: dict[str, str] = {
 #: rollouts, each scaled by (R / G) / B_g, sum to 1 / G. The others weigh each rollout by its token
 #: count (token-mean: L_r / T; the others L_r up to a constant): ``equal`` removes the factor B_g,
 #: but a group still weighs in proportion to its mean response length, as every group does under
-#: uniform GRPO. Accepted, said at INFO.
+#: uniform GRPO. Accepted, said at INFO (veRL's default ``token-mean`` among them). veRL 0.9.1 has no
+#: other mode (``core_algos.agg_loss`` refuses any other name itself), so `check_aggregation`'s
+#: refusal only meets a later veRL's new mode.
 GROUP_WEIGHT_MODES = AggregationModes(
     setting="actor_rollout_ref.actor.loss_agg_mode",
     exact=("seq-mean-token-mean",),
@@ -117,12 +120,12 @@ def _refusals(config: DictConfig) -> CobaConfig:
     check_budget_unit(config, cfg)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in SUPPORTED_ADV_ESTIMATORS:
-        raise ValueError(
+        raise CobaRefusal(
             f"algorithm.adv_estimator={estimator} is not supported: CoBA-RL sets the GRPO group size of "
             "each prompt and relies on advantages grouped by prompt uid. "
             f"Set algorithm.adv_estimator to one of {SUPPORTED_ADV_ESTIMATORS}."
         )
-    check_group_weight_mode(cfg.group_weight, str(config.actor_rollout_ref.actor.loss_agg_mode))
+    check_aggregation(cfg.group_weight, str(config.actor_rollout_ref.actor.loss_agg_mode), GROUP_WEIGHT_MODES)
     m, n = user_batch(config)
     total = m * n
     low, up = cfg.min_rollouts, cfg.max_rollouts
@@ -134,19 +137,6 @@ def _refusals(config: DictConfig) -> CobaConfig:
         "coba.max_rollouts around it.",
     )  # fmt: skip
     return cfg
-
-
-def check_group_weight_mode(group_weight: str, loss_agg_mode: str) -> None:
-    """`coba_verl.core.group_weight.check_aggregation` for veRL's ``actor.loss_agg_mode``.
-
-    Exact or said at INFO under `GROUP_WEIGHT_MODES` (veRL's default ``token-mean`` is said at
-    INFO); veRL 0.9.1 has no other mode (``core_algos.agg_loss`` refuses any other name itself), so
-    the refusal only meets a later veRL's new mode.
-
-    Raises:
-        ValueError: ``equal`` with a mode `GROUP_WEIGHT_MODES` does not know, naming it.
-    """
-    check_aggregation(group_weight, loss_agg_mode, GROUP_WEIGHT_MODES)
 
 
 def user_batch(config: DictConfig) -> tuple[int, int]:
@@ -177,13 +167,13 @@ def check_v1_mode(config: DictConfig) -> None:
     """
     mode = config.trainer.v1.trainer_mode
     if mode not in COBA_MODES and mode not in COBA_MODES.values():
-        raise ValueError(
+        raise CobaRefusal(
             f"trainer.v1.trainer_mode={mode} is not a veRL V1 mode coba-verl supports: use one of "
             f"{sorted(COBA_MODES)}."
         )
     sync_step = OmegaConf.select(config, "trainer.v1.sync.parameter_sync_step", default=1)
     if int(sync_step) > 1:
-        raise ValueError(
+        raise CobaRefusal(
             f"trainer.v1.sync.parameter_sync_step={sync_step} is not supported: each local update samples "
             "train_batch_size / parameter_sync_step whole groups (verl/trainer/ppo/v1/trainer_base.py:539, "
             "replay_buffer.py:462), whose rollouts do not add up to (M / k) * rollout.n once budgets "
@@ -206,7 +196,7 @@ def check_v1_sessions_differ(config: DictConfig) -> None:
         ValueError: naming the setting and what to set instead.
     """
     if bool(OmegaConf.select(config, "actor_rollout_ref.rollout.full_determinism", default=False)):
-        raise ValueError(
+        raise CobaRefusal(
             "actor_rollout_ref.rollout.full_determinism=true is refused with per-prompt budgets in the V1 "
             "trainer: veRL 0.9.1 gives every session of a prompt the same request id (det-<priority>, "
             "single_turn_agent_loop.py:69), so its B_i sessions reach one replica with one seed and come "
@@ -246,7 +236,7 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
         mode = config.trainer.v1.trainer_mode
         where = f"trainer.v1.trainer_mode={mode}: each update trains M x rollout.n rollouts"
     if where is not None:
-        raise ValueError(
+        raise CobaRefusal(
             f"coba.budget_unit=tokens is not supported with {where} a step, while under a token budget "
             "the rollouts of a step vary. Use the V1 sync trainer without DAPO, or coba.budget_unit=rollouts."
         )

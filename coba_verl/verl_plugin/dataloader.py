@@ -22,17 +22,17 @@ fingerprint (no dataframe, no model path) is None, and the resume goes on unchec
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.framework_api import constructor_arguments
 from coba_verl.records.priors import PriorRecords, apply_priors, column_rows, configured_priors
 from coba_verl.records.prompt_ids import INDEX_REPEATED_HINT, PromptIdMap
-from coba_verl.records.saved_state import ResumeMismatch, RunIdentity, identify, restore_state, saved_state
-from coba_verl.verl_plugin.preflight import CobaRefusal
+from coba_verl.records.saved_state import RunIdentity, identify, restore_state, saved_state
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,9 @@ STATE_KEY = "coba_allocator"
 # StatefulDataLoader constructor parameters that `CobaDataLoader.wrap` does not copy: the dataset
 # is passed positionally, ``shuffle`` is already expressed by the sampler, and the batch sampler
 # is rebuilt by the DataLoader from batch_size, sampler and drop_last.
-_NOT_COPIED = ("self", "dataset", "shuffle", "batch_sampler")
+_NOT_COPIED = ("dataset", "shuffle", "batch_sampler")
+#: The torchdata release whose StatefulDataLoader `CobaDataLoader.wrap` is tested with (veRL 0.9.1's).
+TORCHDATA_TESTED = "0.11.0"
 
 #: How a resume refusal ends: the two ways out.
 _START_FRESH = (
@@ -100,22 +102,19 @@ def loader_arguments(loader: StatefulDataLoader) -> dict[str, Any]:
     parameter is either carried over or stops here, naming it; nothing is dropped silently.
 
     Raises:
-        RuntimeError: the loader does not expose a constructor parameter, or uses a custom batch sampler.
+        FrameworkMismatch: the loader does not expose a constructor parameter
+            (`coba_verl.framework_api.constructor_arguments`).
+        RuntimeError: the loader uses a custom batch sampler.
     """
-    names = [n for n in inspect.signature(StatefulDataLoader.__init__).parameters if n not in _NOT_COPIED]
-    missing = [n for n in names if not hasattr(loader, n)]
-    if missing:
-        raise RuntimeError(
-            f"cannot rebuild veRL's training dataloader: StatefulDataLoader takes {missing} but the "
-            "loader does not expose them, so they would be lost. This torchdata version is not supported "
-            "by coba-verl; install the one veRL 0.9.1 pins."
-        )
+    arguments = constructor_arguments(
+        loader, StatefulDataLoader, "torchdata", "torchdata", TORCHDATA_TESTED, _NOT_COPIED
+    )
     if loader.batch_size is None:
         raise RuntimeError(
             "veRL's training dataloader uses a custom batch_sampler (batch_size=None); CobaDataLoader "
             "rebuilds batches from batch_size and sampler and cannot carry it over."
         )
-    return {name: getattr(loader, name) for name in names}
+    return arguments
 
 
 def load_priors(dataset: Any, config: CobaConfig) -> PriorRecords | None:
@@ -132,22 +131,20 @@ def load_priors(dataset: Any, config: CobaConfig) -> PriorRecords | None:
     def rows(tops: tuple[str, ...]) -> list[dict[str, Any]]:
         frame = getattr(dataset, "dataframe", None)
         if frame is None or not hasattr(frame, "column_names"):
-            raise ValueError(
+            raise CobaRefusal(
                 f"coba.prior_field={config.prior_field!r}: the training dataset "
                 f"{type(dataset).__name__} has no dataframe to read it from; use coba.prior_file."
             )
         return column_rows(frame, tops)
 
-    try:
-        return configured_priors(
-            config.prior_field,
-            config.prior_file,
-            config.prior_weight,
-            rows,
-            lambda: dataset_index_values(dataset),
-        )
-    except (ValueError, FileNotFoundError) as err:
-        raise CobaRefusal(f"coba.prior_*: {err}") from err
+    return configured_priors(
+        config.prior_field,
+        config.prior_file,
+        config.prior_weight,
+        rows,
+        lambda: dataset_index_values(dataset),
+        "coba.",
+    )
 
 
 class CobaDataLoader(StatefulDataLoader):
@@ -189,10 +186,7 @@ class CobaDataLoader(StatefulDataLoader):
         allocator = BudgetAllocator(config, num_prompts=prompt_ids.num_prompts)
         priors = load_priors(loader.dataset, config)
         if priors is not None:  # a resume's load_state_dict then replaces the tracker, priors included
-            try:
-                apply_priors(allocator.tracker, prompt_ids, priors)
-            except ValueError as err:
-                raise CobaRefusal(f"coba.prior_*: {err}") from err
+            apply_priors(allocator.tracker, prompt_ids, priors)
         kwargs = loader_arguments(loader)
         logger.info(
             "CoBA-RL dataloader: %d prompts, strategy=%s, B in [%d, %d]",
@@ -230,7 +224,7 @@ class CobaDataLoader(StatefulDataLoader):
         """Restore the ``STATE_KEY`` entry of a data.pt (None: stock veRL's, the tracker starts empty).
 
         Raises:
-            CobaRefusal: (a ValueError) the entry was written for a training set with other
+            ResumeMismatch: (a `CobaRefusal`) the entry was written for a training set with other
                 ``extra_info.index`` values, other prompts under the same values, or another model
                 (`restore_state`).
         """
@@ -240,10 +234,7 @@ class CobaDataLoader(StatefulDataLoader):
                 STATE_KEY,
             )
             return
-        try:
-            extra = restore_state(
-                coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
-            )
-        except ResumeMismatch as mismatch:
-            raise CobaRefusal(str(mismatch)) from None
+        extra = restore_state(
+            coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
+        )
         self.round_rest = extra["round_rest"]

@@ -51,6 +51,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.records.priors import PriorRecords, outcome_records, write_prior_file
+from coba_verl.refusal import exit_on_refusal
 from coba_verl.verl_plugin import index_reward, preflight
 
 __all__ = ["EstimateRequest", "configure", "main", "prior_records", "read_generations", "summary"]
@@ -229,9 +230,8 @@ def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
     """Measure (veRL's validation pass through `coba_verl.verl_plugin.main.run`), then write the priors."""
     from coba_verl.verl_plugin import main as train_main
 
-    with preflight.refusals():
-        configure(config, request)
-        preflight.check_data_files(config)  # before the training files are read just below
+    configure(config, request)
+    preflight.check_data_files(config)  # before the training files are read just below
     expected = training_indices(config)
     prompts = len(expected) if expected is not None else None
     limit = int(config.data.get("val_max_samples", -1) or -1)
@@ -266,7 +266,7 @@ def run(config: DictConfig, request: EstimateRequest) -> dict[str, float]:
 def _entry(config: DictConfig) -> None:
     assert _REQUEST is not None, "coba_verl.verl_plugin.estimate: call main(), not the Hydra entry"
     logging.getLogger("coba_verl").setLevel(logging.INFO)
-    with preflight.exit_on_refusal():
+    with exit_on_refusal():
         run(config, _REQUEST)
 
 

@@ -25,6 +25,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from coba_verl.refusal import CobaRefusal
+
 __all__ = ["INDEX_KEY", "INNER_NAME_KEY", "INNER_PATH_KEY", "compute_score", "compute_score_async"]
 
 #: The reward_extra_info key holding ``json.dumps(extra_info["index"])``.
@@ -63,7 +65,7 @@ def index_text(extra_info: Any) -> str:
     """
     if not isinstance(extra_info, dict) or extra_info.get("index") is None:
         keys = sorted(extra_info) if isinstance(extra_info, dict) else type(extra_info).__name__
-        raise ValueError(
+        raise CobaRefusal(
             f"a sample reached the reward function without extra_info.index (extra_info: {keys}); "
             "coba-verl estimate keys each prompt's pass rate by it."
         )

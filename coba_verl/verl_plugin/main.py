@@ -15,7 +15,7 @@ The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL'
 of `check_config`, the input checks of `coba_verl.verl_plugin.preflight` (data files through the check of
 ``python -m coba_verl.data check``, ``extra_info.index`` among them, the model folder, the
 checkpoint a resume would continue) and the plugin check come before Ray starts, and a refusal
-of ours, whatever the type of error its check raised, prints as one line,
+(`coba_verl.refusal.CobaRefusal`, raised here or in a Ray actor) prints as one line,
 ``coba-verl: <message>``, with exit status 2.
 """
 
@@ -29,6 +29,7 @@ import hydra
 from omegaconf import DictConfig, open_dict
 
 from coba_verl.core import CobaConfig
+from coba_verl.refusal import CobaRefusal, exit_on_refusal
 from coba_verl.verl_plugin import preflight
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_mode
 
@@ -60,12 +61,12 @@ def check_plugin_loaded(mode: str = COBA_TRAINER_MODE) -> None:
         try:
             importlib.import_module(PLUGIN_MODULE)
         except Exception as error:
-            raise RuntimeError(
+            raise CobaRefusal(
                 f"coba-verl's veRL plugin ({PLUGIN_MODULE}) cannot be imported, so veRL {verl.__version__} "
                 f"could not register the trainer '{mode}': {type(error).__name__}: {error}"
             ) from error
         policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto")
-        raise RuntimeError(
+        raise CobaRefusal(
             f"veRL {verl.__version__} has no trainer '{mode}' after loading its plugins, so "
             "its TaskRunner could not build the CoBA-RL trainer. Either "
             f"VERL_USE_EXTERNAL_PLUGINS={policy} keeps veRL from loading the '{PLUGIN_NAME}' entry point "
@@ -104,30 +105,28 @@ def run(config: DictConfig) -> None:
     """Check, then hand over to veRL's ``run_ppo`` with its own ``TaskRunnerV1``.
 
     Raises:
-        CobaRefusal: a refusal of coba-verl's checks (whatever the type its check raised, see
-            `preflight.refusals`), before Ray starts.
+        CobaRefusal: a refusal of coba-verl's checks, before Ray starts.
     """
     from coba_verl.cpu import launcher
 
-    with preflight.refusals():  # ours first, before veRL's TaskRunner, workers and Ray
-        check_config(config)  # also valid before translate_config: it reads the user's M and n
-        preflight.check_trl_conflict(config)
-        if launcher.cpu_backend_enabled(config):
-            launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
-        else:
-            preflight.check_accelerator(config)  # no GPU: say so before asking for data
-        preflight.place_checkpoints(config)
-        preflight.check_inputs(config)
-        preflight.warn_resume(config)
+    # ours first, before veRL's TaskRunner, workers and Ray
+    check_config(config)  # also valid before translate_config: it reads the user's M and n
+    preflight.check_trl_conflict(config)
+    if launcher.cpu_backend_enabled(config):
+        launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
+    else:
+        preflight.check_accelerator(config)  # no GPU: say so before asking for data
+    preflight.place_checkpoints(config)
+    preflight.check_inputs(config)
+    preflight.warn_resume(config)
 
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
-    with preflight.refusals():
-        coba_config = prepare_config(config)  # checks again, silently (`check_config`)
-        if config.trainer.use_v1:
-            check_plugin_loaded(config.trainer.v1.trainer_mode)
+    coba_config = prepare_config(config)  # checks again, silently (`check_config`)
+    if config.trainer.use_v1:
+        check_plugin_loaded(config.trainer.v1.trainer_mode)
     logger.info("CoBA-RL: %s", coba_config)
     if config.trainer.use_v1:
         run_ppo(config, task_runner_class=TaskRunnerV1)
@@ -145,7 +144,7 @@ def main(config: DictConfig) -> None:
     one line, ``coba-verl: <message>``, on stderr, exit status 2; every other error keeps its
     traceback.
     """
-    with preflight.exit_on_refusal():
+    with exit_on_refusal():
         run(config)
 
 

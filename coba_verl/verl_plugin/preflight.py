@@ -26,40 +26,32 @@ driver looks first, with nothing heavier than pyarrow:
   step, the folder and how to start fresh. Whether the checkpoint was written for the same
   prompts and model is checked where its state is read (`CobaDataLoader.load_coba_state`).
 
-A refusal of ours is a `CobaRefusal`; `exit_on_refusal` (around ``coba_verl.main``'s and
-``coba-verl estimate``'s runs) prints it as one line, ``coba-verl: <message>``, and exits 2
-(`coba_verl.cli.refuse`). Errors that are not ours keep their traceback.
+Each check refuses with a `coba_verl.refusal.CobaRefusal`, which the entry points print as one
+line, ``coba-verl: <message>``, exit status 2 (`coba_verl.refusal.exit_on_refusal`).
 """
 
 from __future__ import annotations
 
-import dis
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from coba_verl.cli import carried_error, refuse
 from coba_verl.core.config import CobaConfig
 from coba_verl.records.priors import read_prior_file
 from coba_verl.records.saved_state import local_model_path
+from coba_verl.refusal import CobaRefusal
 
 __all__ = [
-    "CobaRefusal",
     "check_accelerator",
     "check_data_files",
     "check_inputs",
     "check_trl_conflict",
-    "carried_refusal",
     "data_files",
-    "exit_on_refusal",
     "is_remote",
     "place_checkpoints",
-    "refusals",
     "warn_resume",
 ]
 
@@ -74,78 +66,6 @@ CPU_RECIPE_HINT = (
 )
 #: veRL's checkpoint tracker file inside ``trainer.default_local_dir``.
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
-#: The error types our checks raise to refuse: `CobaConfig` a ValueError, or a TypeError for a value
-#: of the wrong type; the accelerator, TRL and plugin checks a RuntimeError; a file a check reads
-#: a FileNotFoundError.
-REFUSAL_TYPES: tuple[type[Exception], ...] = (ValueError, TypeError, RuntimeError, FileNotFoundError)
-
-
-class CobaRefusal(ValueError):
-    """A configuration or input coba-verl refuses, with the reason and the fix in its message."""
-
-
-@contextmanager
-def refusals() -> Iterator[None]:
-    """Turn the errors that coba-verl's own checks raise to refuse into `CobaRefusal`.
-
-    An error counts as ours when it is one of `REFUSAL_TYPES` and a ``raise`` statement in a
-    ``coba_verl`` module made it (`raised_by_coba_verl`). A veRL or library error raised inside
-    one of our checks, and a bug of ours (``None + 1``, a bad call), keep their type and traceback.
-    """
-    try:
-        yield
-    except CobaRefusal:
-        raise
-    except REFUSAL_TYPES as error:
-        if not raised_by_coba_verl(error):
-            raise
-        raise CobaRefusal(str(error)) from error
-
-
-@contextmanager
-def exit_on_refusal() -> Iterator[None]:
-    """Report a refusal of ours raised inside, and exit: `coba_verl.cli.refuse` (exit status 2).
-
-    A `CobaRefusal`, raised here or inside a Ray actor and carried back by Ray
-    (`carried_refusal`), prints as one line, ``coba-verl: <message>``, on stderr; every other
-    error keeps its traceback.
-    """
-    try:
-        yield
-    except Exception as error:
-        refusal = carried_refusal(error)
-        if refusal is None:
-            raise
-        refuse(refusal)
-
-
-def carried_refusal(error: BaseException) -> CobaRefusal | None:
-    """``error`` if it is a `CobaRefusal`, or the one it carries (a Ray task error's remote error, a
-    cause: `coba_verl.cli.carried_error`); else None."""
-    return carried_error(error, CobaRefusal)
-
-
-def raised_by_coba_verl(error: BaseException) -> bool:
-    """Whether ``error`` comes from a ``raise`` statement in a ``coba_verl`` module.
-
-    The innermost frame of its traceback must belong to a ``coba_verl`` module and stand on a
-    raise instruction: an error raised by the interpreter or by a C function (``int("x")``,
-    ``None + 1``) stands on another instruction of that frame, and one raised by a library ends
-    in the library's frame.
-    """
-    tb = error.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    spec = tb.tb_frame.f_globals.get("__spec__")  # a module run with -m is named __main__
-    module = spec.name if spec is not None else tb.tb_frame.f_globals.get("__name__", "")
-    if str(module).split(".")[0] != "coba_verl":
-        return False
-    for instruction in dis.get_instructions(tb.tb_frame.f_code):
-        if instruction.offset == tb.tb_lasti:
-            return instruction.opname == "RAISE_VARARGS"
-    return False
 
 
 def check_accelerator(config: DictConfig) -> None:
@@ -155,7 +75,7 @@ def check_accelerator(config: DictConfig) -> None:
     is left to veRL: the GPUs may be on other nodes.
 
     Raises:
-        RuntimeError: no CUDA/NPU device is visible and no Ray cluster address is given.
+        CobaRefusal: no CUDA/NPU device is visible and no Ray cluster address is given.
     """
     from verl.utils.device import is_npu_available
 
@@ -165,7 +85,7 @@ def check_accelerator(config: DictConfig) -> None:
 
     if torch.cuda.is_available() or is_npu_available:
         return
-    raise RuntimeError(
+    raise CobaRefusal(
         f"no GPU found: torch sees no CUDA device, and this run asks for trainer.n_gpus_per_node="
         f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
         f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
@@ -180,7 +100,7 @@ def check_trl_conflict(config: DictConfig) -> None:
     actor worker would fail to build, minutes into the run, inside Ray.
 
     Raises:
-        RuntimeError: naming the TRL version and what to do.
+        CobaRefusal: naming the TRL version and what to do.
     """
     import importlib.util
 
@@ -198,7 +118,7 @@ def check_trl_conflict(config: DictConfig) -> None:
         return
     except ImportError:
         pass
-    raise RuntimeError(
+    raise CobaRefusal(
         f"TRL {trl.__version__} is installed in this environment: veRL 0.9.1's FSDP engine imports TRL's "
         "AutoModelForCausalLMWithValueHead whenever TRL is importable, and this TRL no longer has it, so "
         "every actor worker would fail to build. Train with veRL from an environment without TRL "
@@ -306,18 +226,9 @@ def check_inputs(config: DictConfig) -> None:
         )
         raise CobaRefusal(f"actor_rollout_ref.model.path={model} {what}. {fix}")
     prior_file = OmegaConf.select(config, "coba.prior_file")
-    if prior_file is not None and not Path(str(prior_file)).expanduser().is_file():
-        raise CobaRefusal(
-            f"coba.prior_file={prior_file} does not exist: give a JSON-lines file of prior records "
-            '({"index": ..., "successes": ..., "attempts": ...} or {"index": ..., "pass_rate": ...}), '
-            "or coba.prior_file=null."
-        )
     if prior_file is not None:
         weight = OmegaConf.select(config, "coba.prior_weight", default=CobaConfig.prior_weight)
-        try:
-            read_prior_file(str(prior_file), int(weight))
-        except ValueError as error:
-            raise CobaRefusal(f"coba.prior_file: {error}") from error
+        read_prior_file(str(prior_file), int(weight), "coba.prior_file")
 
 
 def warn_resume(config: DictConfig) -> None:

@@ -28,7 +28,6 @@ are evicted and refilled as veRL does, through ``_clear_groups``, so they reach 
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -44,6 +43,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
     _accumulate_eviction_metrics,
 )
 
+from coba_verl.framework_api import constructor_arguments
 from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
 from coba_verl.verl_plugin.trained_budget import select_to_budget, sessions_to_keep
 
@@ -92,16 +92,11 @@ class _CobaBufferHooks:
         name), so a veRL release that adds one is carried over or stops here, naming it.
 
         Raises:
-            RuntimeError: ``buffer`` does not expose a constructor argument.
+            FrameworkMismatch: ``buffer`` does not expose a constructor argument
+                (`coba_verl.framework_api.constructor_arguments`).
         """
-        names = [n for n in inspect.signature(ReplayBuffer.__init__).parameters if n != "self"]
-        missing = [n for n in names if not hasattr(buffer, n)]
-        if missing:
-            raise RuntimeError(
-                f"cannot rebuild veRL's replay buffer: ReplayBuffer takes {missing} but the buffer does not "
-                "expose them. This veRL version is not supported by coba-verl (tested with 0.9.1)."
-            )
-        return cls(**{n: getattr(buffer, n) for n in names}, on_clear=on_clear, **options)
+        arguments = constructor_arguments(buffer, ReplayBuffer, "veRL", "verl", "0.9.1")
+        return cls(**arguments, on_clear=on_clear, **options)
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         if uids:

@@ -6,8 +6,6 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
                              (same sampler, plus the allocator in its checkpoint state).
-``_init_resource_pool_mgr``  veRL's worker map; with the CPU backend on (``coba_cpu.enable``), its
-                             actor worker swapped for the gloo-only one (`coba_verl.cpu.workers`).
 ``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
                              groups DAPO evicts or discards to the tracker before clearing them and,
                              under DAPO with budgets, trains exactly M * rollout.n rollouts a step
@@ -25,11 +23,6 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
                              scores and response lengths go to the tracker (`sessions`' rule for
                              failed sessions and for an engine that ignores budgets), and what the
                              step trains is counted (`trained_cost`).
-``_compute_metrics``         veRL's step metrics, then one readable line (`core.step_line`):
-                             budget range, alpha/beta, prompt mean score, held-out when measured.
-``on_validate_begin/_end``   for a validation-only run (``trainer.val_only``, e.g. ``coba-verl
-                             estimate``), a progress bar in generations over veRL's validation
-                             loader (`progress.CountingLoader`), and the loader put back after.
 ``step``                     veRL's step, then the step's ledger closed (`RolloutLedger.close_step`:
                              in the sync trainer a group still open failed), ``allocator.end_step()``
                              (windows, F_bar, alpha/beta for the next step) and the ``coba/``
@@ -38,6 +31,11 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 ``_load_checkpoint``         veRL's resume; in ``colocate_async`` the prompt groups restored from
                              TransferQueue reopen in the ledger, in flight, counted once.
 ``_reissue_inflight_prompts`` veRL's re-issue; the ledger dates the re-issued groups to this step.
+
+Each trainer class also mixes in two things that are not about budgets, each from its home: the
+step's readable line and a validation progress bar (`progress.ProgressLines`: ``_compute_metrics``,
+``on_validate_begin/_end``), and the CPU backend's gloo workers (`coba_verl.cpu.workers.GlooWorkers`:
+``_init_resource_pool_mgr``, a no-op unless ``coba_cpu.enable``).
 
 Every session's fate is written once, in the ledger (`coba_verl.records.ledger`): trained
 (``_compute_advantage``), cut (the buffer's ``on_trim``), evicted (the buffer's ``on_clear``, before
@@ -55,7 +53,6 @@ One step, M = 3 prompts, rollout.n = 4::
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections import Counter
@@ -64,7 +61,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
@@ -77,11 +74,12 @@ from verl.utils import tensordict_utils as tu
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
-from coba_verl.core.step_line import step_line
+from coba_verl.cpu.workers import GlooWorkers
+from coba_verl.framework_api import check_api
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
-from coba_verl.verl_plugin.config_bridge import COBA_MODES, HELD_OUT_PREFIX, check_config
+from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
-from coba_verl.verl_plugin.progress import CountingLoader
+from coba_verl.verl_plugin.progress import ProgressLines
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
 from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, uid_of
 
@@ -117,24 +115,10 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
     engine, or the tracker would stop learning, with no error.
 
     Raises:
-        ImportError: naming the method, the signature found and the one expected.
+        FrameworkMismatch: (`coba_verl.framework_api.check_api`) naming the method, the signature
+            found and the one expected.
     """
-    import verl
-
-    fix = (
-        "(tested with veRL 0.9.1). Install a veRL version that coba-verl supports: pip install 'verl==0.9.1'."
-    )
-    for name, expected in EXTENDED_METHODS.items():
-        method = getattr(base, name, None)
-        if method is None:
-            raise ImportError(
-                f"veRL {verl.__version__}: {base.__name__}.{name} does not exist; coba-verl extends it {fix}"
-            )
-        if tuple(inspect.signature(method).parameters) != expected:
-            raise ImportError(
-                f"veRL {verl.__version__}: {base.__name__}.{name}{inspect.signature(method)} differs from "
-                f"the ({', '.join(expected)}) that coba-verl extends {fix}"
-            )
+    check_api("veRL", "verl", "0.9.1", {(base, name): params for name, params in EXTENDED_METHODS.items()})
 
 
 check_verl_api(PPOTrainerSync)
@@ -264,13 +248,6 @@ class CobaBudgets:
             self.coba_config,
             model_path=self.config.actor_rollout_ref.model.path,
         )
-
-    def _init_resource_pool_mgr(self) -> None:
-        super()._init_resource_pool_mgr()
-        if OmegaConf.select(self.config, "coba_cpu.enable"):
-            from coba_verl.cpu.workers import use_gloo_workers
-
-            use_gloo_workers(self.role_worker_mapping)
 
     def _build_replay_buffer(self) -> ReplayBuffer:
         """veRL's buffer; its own classes rebuilt as `CobaReplayBuffer` / `CobaReplayBufferAsync`."""
@@ -408,26 +385,6 @@ class CobaBudgets:
                     self.ledger.restart(uid, self.global_steps)
         return reissued
 
-    def on_validate_begin(self) -> None:
-        """veRL's hook; in a validation-only run, count the generations as they finish."""
-        super().on_validate_begin()
-        if self.config.trainer.get("val_only", False) and not isinstance(self.val_dataloader, CountingLoader):
-            samples = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
-            self.val_dataloader = CountingLoader(self.val_dataloader, len(self.val_dataset), samples)
-
-    def on_validate_end(self) -> None:
-        """veRL's hook; veRL's own validation loader back in place."""
-        if isinstance(self.val_dataloader, CountingLoader):
-            self.val_dataloader = self.val_dataloader.loader
-        super().on_validate_end()
-
-    def _compute_metrics(
-        self, batch: KVBatchMeta, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
-    ) -> None:
-        """veRL's step metrics (validation's included, when this step validated), then the step's line."""
-        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
-        logger.info(step_line(global_steps, metrics, HELD_OUT_PREFIX))
-
     # ------------------------------------------------------------------ helpers
     def _allocate_round(self, prompts: TensorDict) -> TensorDict:
         """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
@@ -497,9 +454,10 @@ class CobaBudgets:
     ) -> None:
         """Give ``fate`` to each group's finished sessions in the ledger, and score them into the tracker.
 
-        One score per session (its final output's summed ``rm_scores``) and one length (its response
-        tokens over its outputs). With ``close`` the groups leave the ledger, their unfinished
-        sessions failed.
+        One score per session (its final output's summed ``rm_scores``), one length (its response
+        tokens over its outputs) and the policy version that generated it (its group's, in the
+        ledger), so that F_bar follows generating versions in the async trainers. With ``close`` the
+        groups leave the ledger, their unfinished sessions failed.
 
         Args:
             groups: ``uid -> {session: key of its final output}`` of open groups.
@@ -510,6 +468,7 @@ class CobaBudgets:
         """
         keys = [key for sessions in groups.values() for key in sessions.values()]
         ids = [self.ledger.prompt_of(uid) for uid, sessions in groups.items() for _ in sessions]
+        versions = [self.ledger.groups[uid].version for uid, sessions in groups.items() for _ in sessions]
         lengths = session_tokens(groups, tags)  # (R,) in the order of keys
         position = 0
         for uid, sessions in groups.items():
@@ -519,11 +478,11 @@ class CobaBudgets:
         if keys:
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
             scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths)
+            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths, versions)
 
 
 @register_trainer(COBA_MODES["sync"])
-class CobaTrainer(CobaBudgets, PPOTrainerSync):
+class CobaTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerSync):
     """veRL's synchronous V1 trainer with CoBA-RL budgets (``trainer.v1.trainer_mode=sync``).
 
     Works with and without DAPO dynamic sampling (``algorithm.filter_groups``) and failed-group
@@ -534,7 +493,7 @@ class CobaTrainer(CobaBudgets, PPOTrainerSync):
 
 
 @register_trainer(COBA_MODES["colocate_async"])
-class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
+class CobaColocateAsyncTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerColocateAsync):
     """veRL's ``colocate_async`` V1 trainer with CoBA-RL budgets: generation runs ahead of the update
     (warm-up batches, partial rollout), every update trains M x n rollouts, oldest groups first
     (`CobaReplayBufferAsync`), and what it trains is reported in policy versions behind."""
@@ -543,7 +502,7 @@ class CobaColocateAsyncTrainer(CobaBudgets, PPOTrainerColocateAsync):
 
 
 @register_trainer(COBA_MODES["separate_async"])
-class CobaSeparateAsyncTrainer(CobaBudgets, PPOTrainerSeparateAsync):
+class CobaSeparateAsyncTrainer(CobaBudgets, ProgressLines, GlooWorkers, PPOTrainerSeparateAsync):
     """veRL's ``separate_async`` V1 trainer with CoBA-RL budgets: a standalone rollout pool generates
     ahead, and each of the ``parameter_sync_step`` local updates between two weight syncs trains
     exactly (M / parameter_sync_step) x n rollouts (`CobaReplayBufferAsync`). The hybrid rollout

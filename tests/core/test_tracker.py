@@ -229,3 +229,77 @@ def test_a_prompt_whose_answers_were_all_empty_costs_one_token_not_zero():
     tracker.end_step()
     lengths = tracker.mean_lengths([0, 1, 2])
     assert lengths[0] == 1.0 and lengths[1] == 7.0 and np.isnan(lengths[2])
+
+
+def _random_steps(seed: int, steps: int, num_prompts: int = 40):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        ids = rng.choice(num_prompts, size=8, replace=False)
+        roll = rng.integers(1, 9, size=8)
+        yield ids, rng.integers(0, roll + 1), roll
+
+
+def test_rollouts_versioned_by_their_own_step_give_the_same_f_bar_as_unversioned_ones():
+    plain, versioned = CapabilityTracker(40, window=3), CapabilityTracker(40, window=3)
+    for step, (ids, succ, roll) in enumerate(_random_steps(1, 7)):
+        plain.record(ids, succ, roll)
+        versioned.record(ids, succ, roll, versions=step + 1)  # veRL numbers its steps from 1
+        assert plain.end_step() == versioned.end_step()
+        assert plain.f_bar == versioned.f_bar and plain.shape() == versioned.shape()
+
+
+def test_failure_rate_follows_the_generating_version_across_commits():
+    t = CapabilityTracker(10, window=2)
+    t.record([0, 1], [1, 0], [2, 2], versions=[5, 5])  # version 5: rates 0.5, 0.0 so far
+    t.record([2], [2], [2], versions=6)  # version 6: rate 1.0
+    out = t.end_step()
+    assert out["F_t"] == pytest.approx(1 - (0.5 + 0.0 + 1.0) / 3)  # the step's own rollouts
+    assert t.f_bar == pytest.approx(((1 - 0.25) + (1 - 1.0)) / 2)
+    t.record([3], [1], [1], versions=5)  # the rest of version 5 finishes one update later
+    t.end_step()
+    assert t.f_bar == pytest.approx(((1 - (0.5 + 0.0 + 1.0) / 3) + 0.0) / 2)
+    t.record([4], [0], [4], versions=7)  # a third version: 5 leaves the window of k = 2
+    t.end_step()
+    assert t.f_bar == pytest.approx((0.0 + 1.0) / 2)
+    t.record([5], [0], [4], versions=4)  # older than the window's versions: pass rate only
+    t.end_step()
+    assert t.f_bar == pytest.approx(0.5) and t.pass_rates([5])[0] == 0.0
+
+
+@pytest.mark.parametrize("versions, message", [([-1], "versions are >= 0"), ([1, 2], "one entry per record")])
+def test_bad_generating_version_is_refused_by_value(versions, message):
+    with pytest.raises(ValueError, match=message):
+        CapabilityTracker(4).record([0], [1], [2], versions=versions)
+
+
+def test_state_round_trip_keeps_the_versions_of_uncommitted_rollouts():
+    a = CapabilityTracker(10, window=2)
+    a.record([0], [1], [2], versions=3)
+    a.end_step()
+    a.record([1], [0], [2], versions=3)  # pending at checkpoint time, of an older version
+    a.record([2], [2], [2])  # and one of the committing step
+    b = CapabilityTracker(10, window=2)
+    b.load_state_dict(a.state_dict())
+    assert a.end_step() == b.end_step() and a.f_bar == b.f_bar
+
+
+def test_a_state_written_before_versions_resumes_with_the_same_f_bar_and_next_steps():
+    new = CapabilityTracker(40, window=3)
+    new.set_prior([0, 1], [3, 0], [8, 4])
+    ring = np.full(3, np.nan)
+    ring[2] = new.f_bar  # version 2 kept the priors' F in slot k - 1 until step k - 1
+    steps = list(_random_steps(2, 7))
+    for step, (ids, succ, roll) in enumerate(steps[:5]):
+        new.record(ids, succ, roll)
+        ring[step % 3] = new.end_step()["F_t"]
+        state = new.state_dict()
+        old = {key: value for key, value in state.items() if not key.startswith("fail_")}
+        old.update(version=2, fail_window=ring.copy())
+        del old["pending_versions"]
+        resumed = CapabilityTracker(40, window=3)
+        resumed.load_state_dict(old)
+        assert resumed.f_bar == pytest.approx(new.f_bar)
+    for ids, succ, roll in steps[5:]:
+        for t in (new, resumed):
+            t.record(ids, succ, roll)
+        assert resumed.end_step() == pytest.approx(new.end_step())

@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from coba_verl.cpu import launcher
+from coba_verl.refusal import CobaRefusal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def test_cpu_group_is_found_by_the_coba_trainer_config():
 
 def test_cpu_backend_is_refused_where_cuda_is_present_unless_asked_for(monkeypatch):
     monkeypatch.setattr(launcher, "_cuda_present", lambda: True)
-    with pytest.raises(RuntimeError, match="torch sees CUDA.*coba_cpu.allow_with_cuda=true"):
+    with pytest.raises(CobaRefusal, match="torch sees CUDA.*coba_cpu.allow_with_cuda=true"):
         launcher.prepare_cpu_run(tiny_config())
 
 
@@ -41,10 +42,29 @@ def test_cpu_backend_refuses_an_overridden_setting_it_cannot_run(monkeypatch):
         launcher.prepare_cpu_run(tiny_config("actor_rollout_ref.rollout.name=vllm"))
 
 
-def test_cpu_backend_refuses_separate_async_naming_the_checkpoint_engine(monkeypatch):
-    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
-    with pytest.raises(ValueError, match="separate_async cannot run on the CPU backend.*checkpoint engine"):
-        launcher.prepare_cpu_run(tiny_config("trainer.v1.trainer_mode=separate_async"))
+SEPARATE_ASYNC = ("trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2")
+POOL = ("actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=2")
+
+
+def test_separate_async_on_cpu_sends_weights_through_the_object_store_and_counts_its_pool_slots():
+    config = tiny_config(*SEPARATE_ASYNC, *POOL)
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "naive"  # veRL's default
+    assert launcher.standalone_rollout_slots(config) == 2
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "ray_object_store"
+    assert launcher.standalone_rollout_slots(tiny_config(*POOL)) == 0  # sync: no standalone pool
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", *POOL),
+         "checkpoint_engine.backend=nccl cannot run on the CPU backend.*ray_object_store"),
+        ((), "nnodes=0 x n_gpus_per_node=1: separate_async needs a standalone rollout pool"),
+    ],
+)  # fmt: skip
+def test_separate_async_on_cpu_refuses_a_gpu_engine_or_an_empty_pool_by_name(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        launcher.standalone_rollout_slots(tiny_config(*SEPARATE_ASYNC, *overrides))
 
 
 def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch):
@@ -61,6 +81,11 @@ def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch)
     assert ray_init.num_gpus == 8 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus + 3 * 7
     assert ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
     assert launcher.REGISTRATION_MODULE in os.environ["VERL_USE_EXTERNAL_MODULES"].split(",")
+    config = tiny_config("trainer.n_gpus_per_node=8", *SEPARATE_ASYNC, *POOL)
+    launcher.prepare_cpu_run(config)
+    ray_init = config.ray_kwargs.ray_init
+    # separate_async's standalone pool: 2 more slots, of 2 CPUs each (max_colocate_count=2)
+    assert ray_init.num_gpus == 8 + 2 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus + 3 * 7 + 2 * 2
 
 
 def test_cpu_run_quiets_transferqueue_threads_engine_warnings_and_idle_ray_workers(monkeypatch):

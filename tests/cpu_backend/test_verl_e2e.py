@@ -15,6 +15,9 @@ CI) leaves out the ones also marked ``e2e_extended``:
   coba for 4 steps with a checkpoint every step, and a resume (V1 from step 2, an epoch
   boundary; classic from step 1, see `RESUME_FROM`; the classic resume is ``e2e_extended``);
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
+* V1 ``colocate_async`` (the ``hf`` server's partial rollout) and ``separate_async`` (a standalone
+  ``hf`` server fed by the object-store checkpoint engine) for 4 steps; the ``separate_async``
+  resume from step 2 is ``e2e_extended``;
 * ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
   ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
   runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``); V1 with
@@ -576,6 +579,89 @@ def test_colocate_async_trains_m_times_n_rollouts_an_update_on_the_hf_servers_pa
         for line in log.read_text().splitlines()
     ]
     assert events.count("abort") >= 4 and events.count("resume_generation") >= 3  # one per update
+
+
+SEPARATE_ASYNC = (
+    "trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2",
+    "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def separate_async_run(tiny, tmp_path_factory):
+    """veRL's separate_async trainer: a standalone pool of one hf server fed weights by the object-store
+    checkpoint engine, the trainer's own replica lent to generation between updates, 2 local updates
+    per weight sync; 4 steps (3 and 4 with budgets from history), a checkpoint at step 2; every request
+    and weight load in the request logs."""
+    out = tmp_path_factory.mktemp("separate-async")
+    steps = train(
+        tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=2", *SEPARATE_ASYNC,
+        env={"COBA_HF_REQUEST_LOG": str(out)},
+    )  # fmt: skip
+    return SimpleNamespace(out=out, steps=steps)
+
+
+@pytest.fixture(scope="module")
+def separate_async_resumed(separate_async_run, tiny, tmp_path_factory):
+    """The separate_async run resumed from its step-2 checkpoint, to step 4."""
+    out = tmp_path_factory.mktemp("separate-async-resumed")
+    checkpoint = separate_async_run.out / "ckpt" / "global_step_2"
+    return train(
+        tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=-1", *SEPARATE_ASYNC,
+        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}",
+    )  # fmt: skip
+
+
+def request_log(out: Path) -> dict[int, list[dict]]:
+    """replica -> its request log (requests and events, in order)."""
+    return {
+        int(log.stem.split("-")[1]): [json.loads(line) for line in log.read_text().splitlines()]
+        for log in out.glob("requests-*.jsonl")
+    }
+
+
+def test_separate_async_trains_m_times_n_an_update_with_weights_sent_to_the_standalone_pool(
+    separate_async_run,
+):
+    run = separate_async_run
+    assert [s["step"] for s in run.steps] == [1, 2, 3, 4]
+    for s in run.steps:
+        assert sum(map(len, trained_groups(run.out, s["step"]).values())) == M * N  # veRL's dump
+        assert {key: s[key] for key in UNIFORM_STEP} == UNIFORM_STEP  # 2 local updates of M x n / 2
+        assert (
+            s["coba/rollouts"]
+            == s["coba/trained_rollouts"] + s["coba/cut_rollouts"] + s["coba/evicted_rollouts"]
+        )
+    settled = sum(
+        s[f"coba/{fate}_rollouts"] for s in run.steps for fate in ("trained", "cut", "evicted", "failed")
+    )
+    generated = sum(s["coba/rollouts_generated"] for s in run.steps)
+    assert generated == settled + run.steps[-1]["coba/in_flight_rollouts"]
+    assert max(s["coba/budget_std"] for s in run.steps if s["coba/rounds"] > 0) > 0  # CoBA after epoch 1
+    logs = request_log(run.out)
+    assert sorted(logs) == [0, 1]  # the trainer's hybrid replica and the standalone one
+    standalone = logs[1]
+    loads = [e["global_steps"] for e in standalone if e.get("event") == "update_weights"]
+    assert loads == sorted(loads) and set(range(1, 5)) <= set(loads)  # one sync per step, in order
+    served = [e for e in standalone if "request_id" in e]
+    assert served and {e["version"] for e in served} != {0}  # it generated, under weights it was sent
+    assert not any(e.get("event") == "sleep" for e in standalone)  # the standalone pool never sleeps
+
+
+@pytest.mark.e2e_extended
+def test_separate_async_resumed_from_a_checkpoint_trains_m_times_n_and_counts_restored_prompts_once(
+    separate_async_run, separate_async_resumed
+):
+    resumed = separate_async_resumed
+    assert [s["step"] for s in resumed] == [3, 4]
+    for s in resumed:
+        assert {key: s[key] for key in UNIFORM_STEP} == UNIFORM_STEP
+    restored = separate_async_run.steps[1]["coba/in_flight_rollouts"]  # in flight when step 2 saved
+    settled = sum(
+        s[f"coba/{fate}_rollouts"] for s in resumed for fate in ("trained", "cut", "evicted", "failed")
+    )
+    generated = sum(s["coba/rollouts_generated"] for s in resumed)
+    assert restored + generated == settled + resumed[-1]["coba/in_flight_rollouts"]
 
 
 # ---------------------------------------------------------------------- killed, then resumed

@@ -48,12 +48,10 @@ def maker(cls, args):
 
 
 def round_of(budgets: list[int]):
-    from coba_verl.openrlhf.groups import Round
+    from coba_verl.records.rounds import Round
 
     b = np.asarray(budgets)
-    return Round(
-        ids=np.arange(b.size), allocation=SimpleNamespace(budgets=b), group=np.repeat(np.arange(b.size), b)
-    )
+    return Round(ids=np.arange(b.size), allocation=SimpleNamespace(budgets=b))
 
 
 def advantages(experiences) -> torch.Tensor:

@@ -18,6 +18,7 @@ from coba_verl.records.priors import (
     records_from_rows,
 )
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.refusal import CobaRefusal
 
 ROWS = [
     {"extra_info": {"pass_rate": 0.375, "pass_count": 3, "attempts": 8}},
@@ -85,7 +86,7 @@ def test_a_bad_file_is_refused_naming_the_line_or_index(tmp_path, text, message)
 
 
 def test_a_missing_file_is_refused_by_name(tmp_path):
-    with pytest.raises(FileNotFoundError, match="prior_file=.*nope.jsonl"):
+    with pytest.raises(CobaRefusal, match="prior_file=.*nope.jsonl. does not exist"):
         read_prior_file(tmp_path / "nope.jsonl", weight=4)
 
 
@@ -115,8 +116,8 @@ def test_records_of_other_prompts_are_counted_and_ignored_and_a_file_of_another_
     with pytest.raises(ValueError, match="none of the 1 prior records .* another dataset"):
         apply_priors(CapabilityTracker(3), ids, read_prior_file(path, 8))
     path.write_text('{"index": 10, "pass_rate": 0.5}\n{"index": 10, "pass_rate": 0.25}\n')
-    with pytest.raises(ValueError, match="index 10 has more than one prior record"):
-        apply_priors(CapabilityTracker(3), ids, read_prior_file(path, 8))
+    with pytest.raises(CobaRefusal, match="index 10 has more than one prior record"):
+        read_prior_file(path, 8)  # refused where it is read, before any tracker
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

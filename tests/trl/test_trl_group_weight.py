@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from coba_verl.core import CobaConfig
+from coba_verl.core.group_weight import check_aggregation
 from coba_verl.trl import CobaGRPOTrainer
-from coba_verl.trl.checks import check_group_weight_loss_type
+from coba_verl.trl.checks import GROUP_WEIGHT_MODES
 from coba_verl.trl.trainer import weight_group_advantages
 
 
@@ -83,8 +84,8 @@ def test_weight_group_advantages_leaves_proportional_untouched() -> None:
 def test_equal_says_at_info_where_groups_still_weigh_by_completion_length(caplog, loss_type, warned):
     """``equal`` is the default, so TRL's default ``dapo`` must not warn on every run."""
     with caplog.at_level(logging.INFO, logger="coba_verl.core.group_weight"):
-        check_group_weight_loss_type("equal", loss_type)
-        check_group_weight_loss_type("proportional", loss_type)
+        check_aggregation("equal", loss_type, GROUP_WEIGHT_MODES)
+        check_aggregation("proportional", loss_type, GROUP_WEIGHT_MODES)
     records = [r for r in caplog.records if r.name == "coba_verl.core.group_weight"]
     assert {r.levelname for r in records} <= {"INFO"}
     messages = [r.getMessage() for r in records]
@@ -98,4 +99,4 @@ def test_equal_is_refused_under_a_loss_type_it_does_not_know(make_trainer, grpo_
         make_trainer(
             RecordingCoba, grpo_config(loss_type="vespo"), coba_config=CobaConfig(group_weight="equal")
         )
-    check_group_weight_loss_type("proportional", "vespo")  # proportional changes nothing: any loss type
+    check_aggregation("proportional", "vespo", GROUP_WEIGHT_MODES)  # proportional changes nothing

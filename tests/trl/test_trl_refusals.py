@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from datasets import Dataset
 
@@ -94,5 +96,68 @@ def test_refuses_the_async_grpo_trainers_config_by_name(make_trainer):
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     config = AsyncGRPOConfig(output_dir="unused", report_to=[], use_cpu=True, bf16=False)
-    with pytest.raises(TypeError, match=r"got AsyncGRPOConfig\. TRL's experimental AsyncGRPOTrainer"):
+    with pytest.raises(
+        TypeError, match=r"got AsyncGRPOConfig\. TRL's experimental AsyncGRPOTrainer"
+    ) as refused:
         make_trainer(CobaGRPOTrainer, config)
+    assert "is not a GRPOTrainer (trl/experimental/async_grpo/async_grpo_trainer.py:910)" in str(
+        refused.value
+    )
+    assert "repeats each prompt num_generations times (:886)" in str(refused.value)
+
+
+#: The TRL 1.16.0 lines the AsyncGRPOConfig refusal cites (its message and docs/trl.md), each with
+#: text that must be there.
+CITED = [
+    ("async_grpo_trainer.py", 910, 910, "class AsyncGRPOTrainer(_BaseTrainer):"),
+    ("async_grpo_trainer.py", 351, 371, "dropping stale sample"),
+    ("async_grpo_trainer.py", 1060, 1060, "rollout_worker: RolloutWorkerProtocol | None = None"),
+    ("async_rollout_worker.py", 536, 536, "async def _generate_loop(self"),
+    ("async_rollout_worker.py", 614, 614, "key: [row[key]] * self.num_generations"),
+    ("async_rollout_worker.py", 696, 696, "if pending_completed[group_id] == self.num_generations:"),
+    (
+        "async_rollout_worker.py",
+        886,
+        887,
+        "for _ in range(self.num_generations):\n                yield group_id, row",
+    ),
+    ("async_rollout_worker.py", 1168, 1168, 'ctx = mp.get_context("spawn")'),
+    ("async_rollout_worker.py", 1218, 1218, "self._process = self._mp_ctx.Process("),
+    (
+        "async_rollout_worker.py",
+        1062,
+        1065,
+        "advantages[scored_mask] = (scored - scored.mean()) / (scored.std() + 1e-8)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "first", "last", "text"), CITED, ids=[f"{c[0]}:{c[1]}" for c in CITED])
+def test_the_async_refusal_cites_trl_1_16_where_it_does_what_it_says(path, first, last, text):
+    import trl
+    from trl.experimental import async_grpo
+
+    assert trl.__version__.startswith("1.16.")
+    source = Path(async_grpo.__file__).with_name(path).read_text(encoding="utf-8").splitlines()
+    assert text in "\n".join(source[first - 1 : last])
+
+
+def test_api_check_names_a_grpo_trainer_method_whose_parameters_changed(monkeypatch):
+    """Checked when coba_verl.trl is imported (`check_trl_api`): an override TRL no longer calls with
+    these parameters would silently never run."""
+    from trl import GRPOTrainer
+
+    from coba_verl.framework_api import FrameworkMismatch
+    from coba_verl.trl.checks import check_trl_api
+
+    check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts: None)
+    with pytest.raises(
+        FrameworkMismatch, match=r"GRPOTrainer._calculate_rewards\(self, inputs, prompts\) differs"
+    ):
+        check_trl_api(GRPOTrainer)
+    monkeypatch.setattr(
+        GRPOTrainer, "_calculate_rewards", lambda self, inputs, prompts, completions, ids: None
+    )
+    with pytest.raises(ImportError, match="pip install 'trl==1.16.0'"):  # still an ImportError
+        check_trl_api(GRPOTrainer)

@@ -10,9 +10,10 @@ import pytest
 from transformers import TrainerCallback
 
 from coba_verl.core import BudgetAllocator, CobaConfig
+from coba_verl.records.rounds import Round
 from coba_verl.records.saved_state import RunIdentity
 from coba_verl.trl import CobaGRPOTrainer
-from coba_verl.trl.checkpoint import STATE_FILE, RoundPlan, load_allocator, save_allocator
+from coba_verl.trl.checkpoint import STATE_FILE, load_allocator, save_allocator
 
 
 class Killed(Exception):
@@ -97,7 +98,7 @@ def test_allocator_file_round_trips_and_refuses_another_training_set(tmp_path):
     allocator = BudgetAllocator(CobaConfig(), num_prompts=5)
     allocator.observe([0, 0, 3, 3, 3], [1.0, 0.0, 1.0, 1.0, 0.0])
     allocator.end_step()
-    unfinished = RoundPlan(ids=np.array([3, 0, 4]), allocation=allocator.allocate([3, 0, 4], 12))
+    unfinished = Round(ids=np.array([3, 0, 4]), allocation=allocator.allocate([3, 0, 4], 12))
     allocator.observe([1, 1], [1.0, 1.0])  # pending, not yet committed
     save_allocator(str(tmp_path), allocator, identity=IDENTITY, trl_step=7, unfinished=unfinished)
 

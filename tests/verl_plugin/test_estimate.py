@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from coba_verl.records.priors import PriorRecords, read_prior_file, write_prior_file
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin import estimate, index_reward
-from coba_verl.verl_plugin.preflight import CobaRefusal
 from coba_verl.verl_plugin.progress import CountingLoader, generations_of
 
 REWARD_MODULE = """

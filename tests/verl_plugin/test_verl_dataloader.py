@@ -14,7 +14,9 @@ import torch
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
+from coba_verl.framework_api import FrameworkMismatch
 from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
@@ -189,14 +191,19 @@ def test_wrap_carries_every_constructor_argument_or_names_the_one_it_cannot(monk
 
     loader = StatefulDataLoader(list(range(8)), batch_size=2, drop_last=True, num_workers=0)
     args = dataloader.loader_arguments(loader)
-    expected = set(inspect.signature(StatefulDataLoader.__init__).parameters) - set(dataloader._NOT_COPIED)
+    expected = set(inspect.signature(StatefulDataLoader.__init__).parameters) - {
+        "self",
+        *dataloader._NOT_COPIED,
+    }
     assert set(args) == expected and args["batch_size"] == 2 and args["drop_last"] is True
 
     def init_with_a_new_parameter(self, dataset, batch_size=1, *, new_knob=3):  # a future torchdata
         raise AssertionError("only the signature is read")
 
     monkeypatch.setattr(StatefulDataLoader, "__init__", init_with_a_new_parameter)
-    with pytest.raises(RuntimeError, match=r"takes \['new_knob'\] but the loader does not expose them"):
+    with pytest.raises(
+        FrameworkMismatch, match=r"takes \['new_knob'\] but the StatefulDataLoader does not expose"
+    ):
         dataloader.loader_arguments(loader)
 
 
@@ -246,5 +253,7 @@ def test_a_pass_rate_field_seeds_the_first_allocation_and_survives_resume(
 def test_a_prior_file_for_another_dataset_is_refused(small_config, tiny_tokenizer, tmp_path):
     path = tmp_path / "priors.jsonl"
     path.write_text('{"index": 100000, "pass_rate": 0.5}\n')
-    with pytest.raises(ValueError, match="coba.prior_.*none of the 1 prior records .* another dataset"):
+    with pytest.raises(
+        CobaRefusal, match=r"none of the 1 prior records of file \S*priors.jsonl .* another dataset"
+    ):
         build_trainer(small_config(f"coba.prior_file={path}"), tiny_tokenizer)

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
-from coba_verl.verl_plugin.preflight import CobaRefusal
 from coba_verl.verl_plugin.trainer import CobaTrainer
 
 pytestmark = pytest.mark.usefixtures("reuse_datasets")

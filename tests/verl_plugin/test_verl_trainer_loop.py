@@ -43,6 +43,7 @@ from verl.utils.tokenizer import normalize_token_ids
 
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
 from coba_verl.verl_plugin.dataloader import STATE_KEY
+from coba_verl.verl_plugin.progress import ProgressLines
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
 from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
@@ -283,10 +284,12 @@ def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory
     warnings = RecordWarnings()
     lines = RecordWarnings(logging.INFO)
     trainer_logger = logging.getLogger(CobaTrainer.__module__)
-    level = trainer_logger.level
+    progress_logger = logging.getLogger(ProgressLines.__module__)  # the step's line
+    level, progress_level = trainer_logger.level, progress_logger.level
     trainer_logger.setLevel(logging.INFO)
+    progress_logger.setLevel(logging.INFO)
     trainer_logger.addHandler(warnings)
-    trainer_logger.addHandler(lines)
+    progress_logger.addHandler(lines)
     try:
         with pytest.MonkeyPatch.context() as monkeypatch:
             trainer, manager = fit(
@@ -300,8 +303,9 @@ def uninterrupted(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory
             )
     finally:
         trainer_logger.removeHandler(warnings)
-        trainer_logger.removeHandler(lines)
+        progress_logger.removeHandler(lines)
         trainer_logger.setLevel(level)
+        progress_logger.setLevel(progress_level)
     logged = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     step_lines = [m for m in lines.messages if m.startswith("coba-verl step")]
     return SimpleNamespace(
@@ -911,7 +915,25 @@ def async_fit(
     cls=CobaColocateAsyncTrainer,
 ):
     """`fit` under ``trainer.v1.trainer_mode=colocate_async`` (or ``cls``'s mode) with the worker actors."""
+    from coba_verl.core.allocator import BudgetAllocator
+
+    observed = []  # (the trainer's step, tracker ids, scores, generating versions) per observe call
+    observe = BudgetAllocator.observe
+
+    def recording_observe(allocator, ids, scores, lengths=None, versions=None):
+        observed.append((trainer_steps[0], np.array(ids), np.array(scores), np.array(versions)))
+        return observe(allocator, ids, scores, lengths, versions)
+
+    trainer_steps = [0]
+    step = cls.step
+
+    def counting_step(self, metrics, timing_raw):
+        trainer_steps[0] = self.global_steps
+        return step(self, metrics, timing_raw)
+
     with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(BudgetAllocator, "observe", recording_observe)
+        monkeypatch.setattr(cls, "step", counting_step)
         warmup = ASYNC if cls is CobaColocateAsyncTrainer else ()
         config = loop_config(small_config, ckpt or root / "ckpt", *warmup, *overrides, mode=cls.VERL_MODE)
         trainer, manager = fit(
@@ -920,8 +942,9 @@ def async_fit(
             manager_cls=lambda config, tokenizer: RayAgentLoopManager(workers, hang_step),
         )  # fmt: skip
     return SimpleNamespace(
-        trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"), ckpt=root / "ckpt"
-    )
+        trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"), ckpt=root / "ckpt",
+        observed=observed,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -978,6 +1001,32 @@ def test_colocate_async_ledger_balances_with_groups_in_flight_across_steps(async
     assert max(logged[step]["coba/versions_behind_max"] for step in range(1, STEPS + 1)) >= 1
     generated = sum(sum(s["budgets"]) for s in async_coba.manager.submissions)
     assert sum(logged[step]["coba/rollouts_generated"] for step in range(1, STEPS + 1)) == generated
+
+
+def test_colocate_async_scores_reach_the_tracker_with_the_version_that_generated_them(async_coba):
+    """Each scored rollout carries the step that submitted its prompt (never a later one), some are
+    older than the update that scores them, and the logged F_bar is the mean over the window's newest
+    generating versions of F_v = 1 - mean over prompts of their success rates (spec §3, per version)."""
+    trainer = async_coba.trainer
+    submitted: dict[int, set[int]] = {}
+    for submission in async_coba.manager.submissions:
+        for prompt_id in trainer.train_dataloader.prompt_ids.ids(submission["index"]).tolist():
+            submitted.setdefault(prompt_id, set()).add(submission["step"])
+    rate_sums: dict[int, list[float]] = {}
+    for step in range(1, STEPS + 1):
+        calls = [call for call in async_coba.observed if call[0] == step]
+        ids = np.concatenate([c[1] for c in calls])
+        successes = np.concatenate([c[2] for c in calls]) == 1.0
+        versions = np.concatenate([c[3] for c in calls])
+        pairs = zip(ids.tolist(), versions.tolist(), strict=True)
+        assert all(version in submitted[prompt_id] and version <= step for prompt_id, version in pairs)
+        for version, prompt_id in set(zip(versions.tolist(), ids.tolist(), strict=True)):
+            rows = (versions == version) & (ids == prompt_id)
+            rate_sums.setdefault(version, []).append(float(successes[rows].mean()))
+        newest = sorted(rate_sums)[-trainer.allocator.tracker.window :]
+        f_bar = np.mean([1.0 - np.mean(rate_sums[v]) for v in newest])
+        assert async_coba.logged[step]["coba/F_bar"] == pytest.approx(f_bar)
+    assert any(v < c[0] for c in async_coba.observed for v in c[3].tolist())  # generation ran ahead
 
 
 def test_colocate_async_uniform_keeps_veRLs_sampling_by_groups(async_uniform):

@@ -1,0 +1,253 @@
+"""Uniform GRPO against CoBA-RL under DAPO dynamic sampling in veRL's V1 sync trainer, on the tiny recipe.
+
+    python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
+    python bench/dapo_tiny.py                                   # seeds 0 1, 32 steps each
+    nice -n 5 python bench/dapo_tiny.py --seeds 0 1 2 --steps 40      # docs/verl.md, "What a step costs"
+
+Each seed runs ``python -m coba_verl.main`` with ``algorithm.filter_groups.enable=true
+algorithm.filter_groups.metric=reward`` twice, uniform then CoBA, one after the other on the same
+data, model and seed (``data.seed`` and the rollout seed), validates once after the last step, and
+reads veRL's own metrics from its file logger. Per strategy, over all steps of all seeds:
+
+    trained/step       ``coba/trained_rollouts`` per step, mean and min-max (must be M x n for both)
+    gen/trained        rollouts generated per trained rollout: sum ``coba/rollouts_generated`` /
+                       sum ``coba/trained_rollouts`` (1 without DAPO)
+    tok gen/trained    response tokens generated per trained rollout (``coba/tokens_generated``:
+                       every session observed, trained, cut or evicted)
+    tok gen/tok train  ``coba/tokens_generated`` / ``coba/tokens_trained``
+    rounds/step        ``coba/rounds``: rounds of M prompts drawn from the loader and allocated in
+                       the step (veRL's V1 logs no ``num_gen_batches``; its refills of k prompts take
+                       what is left of the current round, so this is DAPO's generation rounds)
+    evicted/step       ``training/filter_groups/evicted_samples``: groups veRL's filter evicted
+                       (no reward spread), mean per step
+    surplus/step       ``training/filter_groups/discarded_surplus_samples``, mean per step
+    evicted rollouts   ``coba/evicted_rollouts`` per step (the filter's and the surplus's sessions)
+    zero-var share     ``coba/all_pass_share + coba/all_fail_share``: share of the step's observed
+                       groups without a reward spread, mean over steps
+    cut/step           ``coba/cut_rollouts``: sessions cut from a trained group to make M x n
+    evicted B          ``coba/evicted_budget_mean``: mean budget of the groups cleared untrained,
+                       mean over the steps that cleared some (n for uniform)
+    step s             ``timing_s/step``, median over steps (validation is outside it)
+    gen s, update s    ``timing_s/gen`` (waiting for M x n rollouts, refills included) and
+                       ``timing_s/update_actor``, medians over steps
+    held-out           ``val-core/.../acc/mean@k`` after the last step, mean over seeds
+
+then CoBA / uniform ratios of these pooled figures, and per seed the ratios of rollouts and tokens
+generated per trained rollout and of the median step, with their mean and a 95 % t-interval over
+seeds, and the held-out accuracies. ``--logs`` reads the folders of earlier runs instead of
+running (seed by seed, uniform then CoBA, as the script prints them). ``coba/trained_rollouts``
+differing from M x n in any step is reported as a defect and the script exits with status 1
+after printing the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy import stats
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes/tiny_cpu/config/tiny.yaml"
+STRATEGIES = ("uniform", "coba")
+DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
+EVICTED = "training/filter_groups/evicted_samples"
+SURPLUS = "training/filter_groups/discarded_surplus_samples"
+
+
+def batch_rollouts(overrides: list[str]) -> int:
+    """M x n: ``data.train_batch_size`` x ``actor_rollout_ref.rollout.n``, the recipe's unless overridden."""
+    recipe = yaml.safe_load(RECIPE.read_text())
+    values = {
+        "data.train_batch_size": recipe["data"]["train_batch_size"],
+        "actor_rollout_ref.rollout.n": recipe["actor_rollout_ref"]["rollout"]["n"],
+    }
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in values:
+            values[key] = int(value)
+    return int(values["data.train_batch_size"]) * int(values["actor_rollout_ref.rollout.n"])
+
+
+def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) -> tuple[list[dict], Path]:
+    """One DAPO run of the tiny recipe; veRL's per-step metrics (the last with the final validation)."""
+    work = Path(tempfile.mkdtemp(prefix=f"dapo_{strategy}_{seed}_"))
+    log = work / "metrics.jsonl"
+    command = [
+        sys.executable, "-m", "coba_verl.main",
+        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
+        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
+        f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", *DAPO,
+        f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000",
+        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
+        "trainer.val_before_train=false", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
+        *overrides,
+    ]  # fmt: skip
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
+    with open(work / "stdout.log", "w") as out:
+        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
+    return read_log(work), work
+
+
+def read_log(work: Path) -> list[dict]:
+    """veRL's file-logger rows of the run in ``work``."""
+    return [json.loads(line)["data"] for line in (work / "metrics.jsonl").read_text().splitlines()]
+
+
+def training_steps(rows: list[dict]) -> list[dict]:
+    """The rows of training steps (each has ``timing_s/step``)."""
+    return [row for row in rows if "timing_s/step" in row]
+
+
+def held_out(rows: list[dict]) -> float:
+    """``val-core/.../acc/mean@k`` of the last logged row (the final validation), NaN if absent."""
+    last = rows[-1] if rows else {}
+    return next((v for k, v in last.items() if k.startswith("val-core/") and "/acc/mean@" in k), np.nan)
+
+
+def per_trained(steps: list[dict], key: str) -> float:
+    """Sum of ``key`` over the steps per trained rollout."""
+    return sum(row[key] for row in steps) / sum(row["coba/trained_rollouts"] for row in steps)
+
+
+def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
+    """The module docstring's pooled figures for one strategy."""
+    steps = [row for rows in rows_by_seed for row in training_steps(rows)]
+    trained = [row["coba/trained_rollouts"] for row in steps]
+    finals = [held_out(rows) for rows in rows_by_seed]
+    return {
+        "trained/step": float(np.mean(trained)),
+        "trained min-max": (int(min(trained)), int(max(trained))),
+        "gen/trained": per_trained(steps, "coba/rollouts_generated"),
+        "tok gen/trained": per_trained(steps, "coba/tokens_generated"),
+        "tok gen/tok train": sum(r["coba/tokens_generated"] for r in steps)
+        / sum(r["coba/tokens_trained"] for r in steps),
+        "rounds/step": float(np.mean([row["coba/rounds"] for row in steps])),
+        "evicted/step": float(np.mean([row.get(EVICTED, 0) for row in steps])),
+        "surplus/step": float(np.mean([row.get(SURPLUS, 0) for row in steps])),
+        "evicted rollouts": float(np.mean([row["coba/evicted_rollouts"] for row in steps])),
+        "zero-var share": float(
+            np.mean([row.get("coba/all_pass_share", 0) + row.get("coba/all_fail_share", 0) for row in steps])
+        ),
+        "cut/step": float(np.mean([row.get("coba/cut_rollouts", 0) for row in steps])),
+        "evicted B": float(
+            np.mean([r["coba/evicted_budget_mean"] for r in steps if "coba/evicted_budget_mean" in r])
+        ),
+        "step s": float(np.median([row["timing_s/step"] for row in steps])),
+        "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
+        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
+        "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
+    }
+
+
+def per_seed(rows: list[dict]) -> dict[str, float]:
+    """One run's figures that are compared seed by seed."""
+    steps = training_steps(rows)
+    return {
+        "gen/trained": per_trained(steps, "coba/rollouts_generated"),
+        "tok gen/trained": per_trained(steps, "coba/tokens_generated"),
+        "evicted B": float(
+            np.mean([r["coba/evicted_budget_mean"] for r in steps if "coba/evicted_budget_mean" in r])
+        ),
+        "step s": float(np.median([row["timing_s/step"] for row in steps])),
+        "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
+        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
+        "held-out": held_out(rows),
+    }
+
+
+def interval(values: list[float]) -> str:
+    """Mean and 95 % t-interval over seeds (just the mean for one seed)."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return f"{mean:.3f}"
+    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
+    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default="~/data/coba/tiny_cpu", help="output of python -m coba_verl.arithmetic.tiny"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument(
+        "--logs", nargs="+", type=Path, help="folders of earlier runs to read instead of running"
+    )
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, for both strategies")
+    args = parser.parse_args()
+    data = Path(args.data_dir).expanduser()
+    target = batch_rollouts(args.overrides)
+    if args.logs is not None and len(args.logs) != len(STRATEGIES) * len(args.seeds):
+        parser.error(f"--logs needs {len(STRATEGIES)} folders per seed, got {len(args.logs)}")
+    folders = iter(args.logs or [])
+    results: dict[str, list[list[dict]]] = {strategy: [] for strategy in STRATEGIES}
+    for seed in args.seeds:
+        for strategy in STRATEGIES:
+            if args.logs is None:
+                rows, work = run(data, strategy, seed, args.steps, args.overrides)
+            else:
+                work = next(folders)
+                rows = read_log(work)
+            print(f"seed {seed} {strategy}: {len(training_steps(rows))} steps, logs in {work}", flush=True)
+            results[strategy].append(rows)
+
+    table = {strategy: summary(rows) for strategy, rows in results.items()}
+    print(
+        f"\nV1 sync + DAPO (filter_groups.metric=reward), tiny recipe, M x n = {target}, "
+        f"seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}"
+    )
+    print(f"{'':18}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
+    for key in table["uniform"]:
+        u, c = table["uniform"][key], table["coba"][key]
+        if isinstance(u, tuple):
+            print(f"{key:18}{str(u):>14}{str(c):>14}")
+            continue
+        ratio = c / u if u else float("nan")
+        print(f"{key:18}{u:>14.3f}{c:>14.3f}{ratio:>14.3f}")
+
+    print("\nper seed (coba / uniform; held-out uniform, coba)")
+    seeds = {s: [per_seed(rows) for rows in results[s]] for s in STRATEGIES}
+    ratios: dict[str, list[float]] = {key: [] for key in ("gen/trained", "tok gen/trained", "step s")}
+    for i, seed in enumerate(args.seeds):
+        u, c = seeds["uniform"][i], seeds["coba"][i]
+        for key in ratios:
+            ratios[key].append(c[key] / u[key])
+        parts = ", ".join(f"{key} {ratios[key][-1]:.3f}" for key in ratios)
+        print(f"seed {seed}: {parts}; held-out {u['held-out']:.3f}, {c['held-out']:.3f}")
+    for key, values in ratios.items():
+        print(f"{key} ratio over seeds: {interval(values)}")
+    delta = [c["held-out"] - u["held-out"] for u, c in zip(seeds["uniform"], seeds["coba"], strict=True)]
+    print(f"held-out coba - uniform over seeds: {interval(delta)}")
+
+    wrong = [
+        (strategy, seed, row.get("training/global_step", n + 1), row["coba/trained_rollouts"])
+        for strategy in STRATEGIES
+        for seed, rows in zip(args.seeds, results[strategy], strict=True)
+        for n, row in enumerate(training_steps(rows))
+        if row["coba/trained_rollouts"] != target
+    ]
+    if wrong:
+        print(
+            f"\nDEFECT: steps that did not train M x n = {target} rollouts (strategy, seed, step, trained):"
+        )
+        for item in wrong:
+            print(f"  {item}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
