@@ -3,7 +3,7 @@
     python bench/learning.py --scenario paper --publish docs/lab
     python bench/learning.py --scenario hard --publish docs/lab
     python bench/learning.py --scenario paper --seeds 0,1 --runs uniform,coba   # a quick look
-    python bench/learning.py --scenario paper --runs uniform,coba,coba:tokens \
+    python bench/learning.py --scenario paper --runs uniform,coba,coba:proportional \
         --publish docs/lab --name group_weight_paper          # a study of its own, beside paper.md
 
 Every run of a seed starts from the same warm start, sees the same prompts in the same order and

@@ -144,8 +144,8 @@ class CobaConfig:
             and the release's constants where the paper gives none (adaptive ``tau``, p clipped
             to [0.01, 0.99], ``window`` 3) [release]. The paper changes nothing else in GRPO
             (spec §1); under the default ``group_weight=equal`` this package also reweights each
-            group in the loss, which is not the paper's: ``group_weight=tokens`` trains as the
-            paper does.
+            group in the loss, which is not the paper's: ``group_weight=proportional`` trains as
+            the paper does.
             ``coba_release``: the same value, wrapped in the authors' release buckets and fallback
             (spec §6) [release].
             ``knapsack``: Knapsack-RL's value and allocation rules (spec §9), the main baseline.
@@ -187,13 +187,15 @@ class CobaConfig:
             rollout's advantage is multiplied by (R / G) / B_g (R rollouts and G groups in the
             batch, B_g its group's size), so every group carries the same total weight whatever
             its B_i; the factor is exactly 1 when every group has the same size (uniform with
-            total divisible by M), and the lab measured it not worse than ``tokens`` on both its
+            total divisible by M), and the lab measured it not worse than ``proportional`` on both its
             scenarios (docs/lab.md, "Group weight"). Exact for veRL's and OpenRLHF's
             ``loss_agg_mode=seq-mean-token-mean`` and TRL's ``loss_type='grpo'``; under
             ``token-mean`` (their default, and the lab's) a group then weighs in proportion to its
             mean response length, as under uniform GRPO (docs/algorithm.md, "Group weight").
-            ``tokens``: every rollout keeps its advantage, so a group weighs in proportion to its
-            size B_i [paper, release: the GRPO update is unchanged]. See
+            ``proportional``: every rollout keeps its advantage, so a group weighs in proportion
+            to its size B_i [paper, release: the GRPO update is unchanged]. ``tokens``, its name
+            before it was renamed (``tokens`` now only means ``budget_unit=tokens``), is still
+            read as ``proportional`` with a `DeprecationWarning`, for one release. See
             `coba_verl.core.group_weight.rollout_weights`.
         prior_field: A field of each training row holding a pass rate measured before
             training (e.g. ``extra_info.pass_rate``), or two fields joined by ``/`` holding

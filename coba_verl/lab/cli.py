@@ -6,8 +6,8 @@ Examples::
     coba-verl lab --scenario paper --seeds 0,1,2    # the paper's regime (see docs/lab.md)
     coba-verl lab --runs uniform,coba,coba@0.5 --steps 64
     coba-verl lab --coba kappa=7 --coba window=1    # allocator knobs (CobaConfig fields)
-    coba-verl lab --runs uniform,coba,coba:tokens   # coba.group_weight=tokens for one run
-    coba-verl lab --coba group_weight=tokens        # ... or for every run (the default: equal)
+    coba-verl lab --runs uniform,coba,coba:proportional   # coba.group_weight=proportional for one run
+    coba-verl lab --coba group_weight=proportional        # ... or for every run (the default: equal)
     coba-verl lab --runs coba,coba+prior            # the tracker starts from k samples of the warm start
     coba-verl lab --scenario dapo                   # DAPO dynamic sampling: M x n rollouts with a spread
     coba-verl lab --scenario worked --runs uniform,coba,coba+token_budget   # a token budget

@@ -8,7 +8,7 @@ from typing import Any
 
 from coba_verl.arithmetic.task import parse_levels
 from coba_verl.core.config import STRATEGIES, CobaConfig
-from coba_verl.core.group_weight import GROUP_WEIGHTS
+from coba_verl.core.group_weight import GROUP_WEIGHTS, RENAMED_GROUP_WEIGHTS, check_group_weight
 from coba_verl.core.solvers import check_budget
 from coba_verl.refusal import CobaRefusal
 
@@ -27,7 +27,7 @@ class RunSpec:
     """One training run: a strategy, optionally a group weight, priors and a token budget, at a
     budget scale.
 
-    ``coba@0.5`` = half the rollouts per step; ``coba:tokens`` = ``coba.group_weight=tokens`` for
+    ``coba@0.5`` = half the rollouts per step; ``coba:proportional`` = ``coba.group_weight=proportional`` for
     this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
     ``coba+prior`` = the tracker starts from pass rates measured on the warm start
     (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`);
@@ -81,12 +81,12 @@ def parse_run_label(label: str) -> RunSpec:
         )
     group_weight = None
     if colon:
-        if weight not in GROUP_WEIGHTS:
+        if weight not in GROUP_WEIGHTS and weight not in RENAMED_GROUP_WEIGHTS:
             raise CobaRefusal(
                 f"group weight {weight!r} in {label!r} is unknown; use one of {', '.join(GROUP_WEIGHTS)}, "
                 f"e.g. '{strategy}:equal'."
             )
-        group_weight = weight
+        group_weight = check_group_weight(weight, f"group weight in {label!r}")
     if not at:
         return RunSpec(strategy, group_weight=group_weight, prior=prior, budget_unit=budget_unit)
     try:
@@ -110,8 +110,8 @@ class LabConfig:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Run labels to train, each from the same warm start and prompt order:
             ``strategy[:group_weight][+prior][+token_budget][@scale]``; scale multiplies the
-            rollouts per step, ``:equal`` / ``:tokens`` sets ``coba.group_weight`` for that run
-            only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
+            rollouts per step, ``:equal`` / ``:proportional`` sets ``coba.group_weight`` for that
+            run only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
             pass-rate priors and ``+token_budget`` sets ``coba.budget_unit=tokens``.
         seeds: One warm start, data split and prompt order per seed; every run uses each seed.
         levels: Task mixture, level name -> weight; a name is ``<digits><op><digits>``, e.g.

@@ -27,7 +27,7 @@ from verl.workers.config import ActorConfig
 from verl.workers.config.actor import PolicyLossConfig
 
 from coba_verl.arithmetic.model import response_logprobs
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 
 __all__ = ["RolloutBatch", "make_actor_config", "outcome_rewards", "zero_gradient_groups", "grpo_update"]
 
@@ -101,12 +101,12 @@ def grpo_update(
     actor: ActorConfig,
     *,
     grad_clip: float = 1.0,
-    group_weight: str = "tokens",
+    group_weight: str = "proportional",
 ) -> dict[str, float]:
     """Advantages from veRL's GRPO estimator, then one pass of clipped policy-gradient mini-batches.
 
     ``group_weight`` (``coba.group_weight``) scales each rollout's advantage by
-    `coba_verl.core.group_weight.rollout_weights` over the whole step's batch: ``tokens`` leaves
+    `coba_verl.core.group_weight.rollout_weights` over the whole step's batch: ``proportional`` leaves
     it alone (the tensor is not touched), ``equal`` multiplies it by (R / G) / B_g. The factor is
     positive, and PPO's clipped (and dual-clipped) objective is homogeneous of degree 1 in the
     advantage, so scaling it scales the group's loss terms by exactly that factor.
@@ -121,7 +121,7 @@ def grpo_update(
     rewards = outcome_rewards(batch.scores, batch.response_mask)  # (R, T)
     adv_fn = core_algos.get_adv_estimator_fn(core_algos.AdvantageEstimator.GRPO)
     advantages, _ = adv_fn(token_level_rewards=rewards, response_mask=batch.response_mask, index=batch.index)
-    if group_weight != "tokens":
+    if check_group_weight(group_weight) != "proportional":
         weights = torch.as_tensor(rollout_weights(batch.index, group_weight), dtype=advantages.dtype)  # (R,)
         advantages = advantages * weights.to(advantages.device)[:, None]  # (R, T)
     loss_fn = core_algos.get_policy_loss_fn(actor.policy_loss.loss_mode)

@@ -22,7 +22,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.records.rounds import Round
 
 __all__ = ["CobaExperienceMaker", "grouped_rewards"]
@@ -97,7 +97,7 @@ class CobaExperienceMaker(RemoteExperienceMaker):
 
     round: Round | None = None
     #: ``coba.group_weight``: ``equal`` multiplies each sample's advantage by (N / M) / B_g.
-    group_weight: str = "tokens"
+    group_weight: str = "proportional"
     #: (N,) raw score of each sample (``scores`` when the reward gives them, else ``rewards``) in round
     #: order, filled by `make_experience`.
     raw_scores: np.ndarray | None = None
@@ -124,7 +124,7 @@ class CobaExperienceMaker(RemoteExperienceMaker):
         learns unweighted returns). Nothing is touched when every factor is 1.
         """
         current = self.round
-        if current is None or self.group_weight == "tokens":
+        if current is None or check_group_weight(self.group_weight) == "proportional":
             return experiences
         weights = rollout_weights(current.group, self.group_weight)  # (N,) in round order
         if bool(np.all(weights == 1.0)):

@@ -77,7 +77,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from coba_verl.core import Allocation, BudgetAllocator, CobaConfig
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.records.rounds import Round, group_index
 from coba_verl.refusal import CobaTypeRefusal
@@ -110,11 +110,11 @@ def weight_group_advantages(advantages: torch.Tensor, budgets: np.ndarray, group
     """The round's advantages (T,), rows in group order, times `rollout_weights` of their groups.
 
     R = T rows of the round, G = M prompts, B_g = budgets[g]: ``equal`` multiplies row j by
-    (T / M) / B_{g(j)}; ``tokens`` returns ``advantages`` itself.
+    (T / M) / B_{g(j)}; ``proportional`` returns ``advantages`` itself.
 
         budgets [2, 3, 1] -> groups [0 0 1 1 1 2] -> factors [1 1 2/3 2/3 2/3 2]
     """
-    if group_weight == "tokens":
+    if check_group_weight(group_weight) == "proportional":
         return advantages
     groups = group_index(budgets)  # (T,)
     factors = torch.as_tensor(rollout_weights(groups, group_weight), dtype=advantages.dtype)

@@ -45,7 +45,7 @@ from verl.trainer.main_ppo_v0 import TaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from coba_verl.core import BudgetAllocator
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.framework_api import actor_python_class
@@ -122,9 +122,9 @@ def weight_advantages(batch: DataProto, group_weight: str) -> None:
     """Multiply ``batch.batch["advantages"]`` (R, T) in place by `rollout_weights` of its uids.
 
     The classic trainer generates one session per row, so R is the batch's rows, G its uids and
-    B_g the rows of uid g. ``tokens``, and groups all of one size, leave the tensor untouched.
+    B_g the rows of uid g. ``proportional``, and groups all of one size, leave the tensor untouched.
     """
-    if group_weight == "tokens":
+    if check_group_weight(group_weight) == "proportional":
         return
     uids = np.asarray([str(uid) for uid in batch.non_tensor_batch["uid"]])  # (R,)
     advantages = batch.batch["advantages"]  # (R, T)

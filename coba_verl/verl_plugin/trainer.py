@@ -70,10 +70,9 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
-from verl.workers.utils.padding import response_to_nested
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.cpu.workers import GlooWorkers
 from coba_verl.framework_api import check_api
@@ -165,6 +164,20 @@ def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict
     }
 
 
+def scale_rows(values: torch.Tensor, factors: np.ndarray) -> torch.Tensor:
+    """Row r of ``values`` times ``factors[r]``: a jagged nested tensor (R, j) as TransferQueue
+    returns responses, scaled on its flat values (no padding, no mask), or a dense (R, T) one.
+
+        values  [[a, b], [c], [d, e, f]]     factors [2, 1, 0.5]  ->  [[2a, 2b], [c], [d/2, e/2, f/2]]
+    """
+    weights = torch.as_tensor(factors, dtype=values.dtype, device=values.device)  # (R,)
+    if not values.is_nested:
+        return values * weights.reshape(-1, *([1] * (values.dim() - 1)))
+    offsets = values.offsets()  # (R + 1,)
+    flat = values.values() * torch.repeat_interleave(weights, offsets.diff())  # (sum_r j_r,)
+    return torch.nested.nested_tensor_from_jagged(flat, offsets)
+
+
 def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str) -> np.ndarray:
     """Advantage factor of each trajectory key of a trained batch (`rollout_weights` per session).
 
@@ -179,7 +192,7 @@ def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str
         (len(keys),) float64.
     """
     factors = np.ones(len(keys), dtype=np.float64)
-    if group_weight == "tokens":
+    if check_group_weight(group_weight) == "proportional":
         return factors
     rows, sessions = [], []
     for i, (key, tag) in enumerate(zip(keys, tags, strict=True)):
@@ -293,7 +306,7 @@ class CobaBudgets:
         """veRL's advantage (GRPO groups by uid, any group size), weighted per group; feed the tracker."""
         batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
-        if self.coba_config.group_weight != "tokens":
+        if self.coba_config.group_weight != "proportional":
             batch = self._weight_advantages(batch)
         groups = final_outputs(batch.keys, batch.tags)
         self._count_cost(list(batch.tags))
@@ -389,20 +402,15 @@ class CobaBudgets:
 
         Runs on the batch the step trains (after DAPO's filtering, whatever submissions its groups
         came from), so R and G are those of the step's loss. ``returns`` stay as veRL wrote them
-        (GRPO trains no critic). A batch whose groups all have one size is left as it is.
+        (GRPO trains no critic). A batch whose groups all have one size is left as it is. Only the
+        advantages are read back, and scaled on their flat values (`scale_rows`): no response mask,
+        no padding (bench/group_weight_cost.py; docs/verl.md, "Group weight").
         """
         factors = group_weight_of_keys(list(batch.keys), list(batch.tags), self.coba_config.group_weight)
         if bool(np.all(factors == 1.0)):  # groups of one size (uniform): nothing to scale, no round trip
             return batch
-        data = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"]
-        )
-        response_mask = data["response_mask"]  # nested (R_keys, j)
-        padded = data.to_padded_tensor()
-        weights = torch.as_tensor(factors, dtype=padded["advantages"].dtype)  # (R_keys,)
-        advantages = padded["advantages"] * weights[:, None]  # (R_keys, T)
-        nested = {"advantages": response_to_nested(advantages, response_mask)}
-        fields = TensorDict(nested, batch_size=len(batch))
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])
+        fields = TensorDict({"advantages": scale_rows(data["advantages"], factors)}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
     def _count_cost(self, tags: list[Mapping]) -> None:

@@ -1,4 +1,4 @@
-"""``coba.group_weight`` in the lab's update: ``tokens`` is today's update, ``equal`` gives every
+"""``coba.group_weight`` in the lab's update: ``proportional`` is today's update, ``equal`` gives every
 prompt group of a step the same total advantage weight (R / G), exactly 1x under uniform."""
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def _update(batch: RolloutBatch, group_weight: str | None, monkeypatch: pytest.M
     return seen[0], [p.detach().clone() for p in model.parameters()]
 
 
-def test_equal_under_uniform_group_sizes_is_bit_identical_to_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_equal_under_uniform_sizes_is_bit_identical_to_proportional(monkeypatch: pytest.MonkeyPatch) -> None:
     batch = _batch([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2], [1, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1])
     adv_default, params_default = _update(batch, None, monkeypatch)
-    for mode in ("tokens", "equal"):
+    for mode in ("proportional", "equal"):
         adv, params = _update(batch, mode, monkeypatch)
         assert torch.equal(adv, adv_default), mode
         assert all(torch.equal(a, b) for a, b in zip(params, params_default, strict=True)), mode
@@ -63,14 +63,14 @@ def test_equal_gives_every_group_the_same_weight_sum(monkeypatch: pytest.MonkeyP
     index = [0, 0, 1, 0, 2, 0, 2, 1, 0, 2, 0, 2]
     scores = [1, 0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 1]
     batch = _batch(index, scores)
-    adv_tokens, params_tokens = _update(batch, "tokens", monkeypatch)
+    adv_proportional, params_proportional = _update(batch, "proportional", monkeypatch)
     adv_equal, params_equal = _update(batch, "equal", monkeypatch)
-    ratio = (adv_equal[:, 0] / adv_tokens[:, 0]).double().numpy()  # (R,) the factor each rollout got
+    ratio = (adv_equal[:, 0] / adv_proportional[:, 0]).double().numpy()  # (R,) the factor each rollout got
     np.testing.assert_allclose(ratio, rollout_weights(np.asarray(index), "equal"), rtol=1e-6)
     sums = np.bincount(index, weights=ratio)  # (G,) total weight per group
     np.testing.assert_allclose(sums, [12 / 3] * 3, rtol=1e-6)
     np.testing.assert_allclose(ratio.sum(), 12, rtol=1e-6)  # the batch's total weight is kept
-    assert any(not torch.equal(a, b) for a, b in zip(params_tokens, params_equal, strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(params_proportional, params_equal, strict=True))
 
 
 def test_run_label_sets_the_group_weight_of_one_run() -> None:
@@ -79,13 +79,20 @@ def test_run_label_sets_the_group_weight_of_one_run() -> None:
     assert parse_run_label("coba").group_weight is None
     cfg = LabConfig(**TINY, coba={"group_weight": "equal"})
     assert cfg.coba_config("coba").group_weight == "equal"
-    assert cfg.coba_config("coba", "tokens").group_weight == "tokens"
+    assert cfg.coba_config("coba", "proportional").group_weight == "proportional"
+
+
+def test_run_label_old_spelling_tokens_names_proportional() -> None:
+    with pytest.warns(DeprecationWarning, match="'tokens' is deprecated"):
+        spec = parse_run_label("coba:tokens@0.5")
+    assert spec == RunSpec("coba", 0.5, "proportional")
+    assert spec.label == "coba:proportional@0.5"
 
 
 @pytest.mark.parametrize(
     ("label", "message"),
     [
-        ("coba:even", "group weight 'even' in 'coba:even' is unknown; use one of tokens, equal"),
+        ("coba:even", "group weight 'even' in 'coba:even' is unknown; use one of proportional, equal"),
         ("bogus:equal", "strategy 'bogus' (in 'bogus:equal') is unknown"),
     ],
 )
@@ -104,7 +111,7 @@ def test_uniform_equal_run_repeats_uniform_exactly(monkeypatch: pytest.MonkeyPat
         runner, "grpo_update", lambda *a, **kw: seen.append(kw["group_weight"]) or real(*a, **kw)
     )
     cfg = LabConfig(
-        **TINY, runs=["uniform:tokens", "uniform"], n_train=8, n_eval=8, steps=3, prompts_per_step=4,
+        **TINY, runs=["uniform:proportional", "uniform"], n_train=8, n_eval=8, steps=3, prompts_per_step=4,
         rollouts_per_prompt=4, eval_every=3, eval_samples=1, lr=1e-2,
     )  # fmt: skip
     prompts = [f"{d}+1=" for d in range(8)]
@@ -116,7 +123,7 @@ def test_uniform_equal_run_repeats_uniform_exactly(monkeypatch: pytest.MonkeyPat
     for label in cfg.runs:
         rows[label] = []
         runner.train_run(cfg, ctx, parse_run_label(label), rows[label].append)
-    assert seen == ["tokens"] * 3 + ["equal"] * 3
+    assert seen == ["proportional"] * 3 + ["equal"] * 3
     assert [r["group_weight"] for r in rows["uniform"]] == ["equal"] * 3  # the default
     assert any(r["grad_norm"] > 0 for r in rows["uniform"])  # the update had something to do
     strip = [[repr({k: v for k, v in r.items() if k not in drop}) for r in rows[lb]] for lb in cfg.runs]

@@ -13,8 +13,8 @@ TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps
 
 def test_run_label_option_prior_round_trips_with_weight_and_scale() -> None:
     assert parse_run_label("coba+prior") == RunSpec("coba", prior=True)
-    assert parse_run_label("coba:tokens+prior@0.5") == RunSpec("coba", 0.5, "tokens", True)
-    assert parse_run_label("coba:tokens+prior@0.5").label == "coba:tokens+prior@0.5"
+    assert parse_run_label("coba:proportional+prior@0.5") == RunSpec("coba", 0.5, "proportional", True)
+    assert parse_run_label("coba:proportional+prior@0.5").label == "coba:proportional+prior@0.5"
     assert parse_run_label("knapsack").prior is False
 
 

@@ -81,7 +81,7 @@ def test_grouped_path_on_equal_groups_gives_upstreams_advantages(orl, estimator)
     assert args.algo.advantage.estimator == estimator and args.rollout.n_samples_per_prompt == 3  # restored
 
 
-@pytest.mark.parametrize("group_weight", ["tokens", "equal"])  # equal: every factor is exactly 1
+@pytest.mark.parametrize("group_weight", ["proportional", "equal"])  # equal: every factor is exactly 1
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_uniform_round_is_upstreams_method_unchanged(orl, estimator, group_weight):
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker

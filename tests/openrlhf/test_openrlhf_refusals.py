@@ -174,7 +174,7 @@ def test_group_weight_is_exact_or_said_at_info_for_the_modes_openrlhf_parses_els
         check_group_weight_mode("equal", "token-mean")  # OpenRLHF's default: the length weighting stays
     assert [r.levelname for r in caplog.records] == ["INFO"]
     assert "mean response length" in caplog.records[0].getMessage()
-    check_group_weight_mode("tokens", "seq-mean-token-sum")  # tokens changes nothing: any mode
+    check_group_weight_mode("proportional", "seq-mean-token-sum")  # proportional changes nothing: any mode
     with pytest.raises(ValueError, match="loss_agg_mode='seq-mean-token-sum'"):
         check_group_weight_mode("equal", "seq-mean-token-sum")
 

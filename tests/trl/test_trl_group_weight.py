@@ -1,5 +1,5 @@
 """``coba.group_weight`` in `CobaGRPOTrainer`'s advantage replacement: ``equal`` is exactly
-``tokens`` when every group has G rows, and otherwise gives every prompt group of a round the same
+``proportional`` when every group has G rows, and otherwise gives every prompt group of a round the same
 total advantage weight T / M."""
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ def _train(make_trainer, grpo_config, coba: CobaConfig, **config: Any) -> Record
     return trainer
 
 
-def test_equal_under_uniform_takes_the_same_steps_as_tokens(make_trainer, grpo_config):
+def test_equal_under_uniform_takes_the_same_steps_as_proportional(make_trainer, grpo_config):
     runs = {w: _train(make_trainer, grpo_config, CobaConfig(strategy="uniform", group_weight=w)) for w in
-            ("tokens", "equal")}  # fmt: skip
-    tokens, equal = runs["tokens"], runs["equal"]
-    assert any(bool(a.abs().sum() > 0) for a in tokens.rec.advantages), "the test needs a learning signal"
-    for mine, theirs in zip(equal.rec.advantages, tokens.rec.advantages, strict=True):
+            ("proportional", "equal")}  # fmt: skip
+    plain, equal = runs["proportional"], runs["equal"]
+    assert any(bool(a.abs().sum() > 0) for a in plain.rec.advantages), "the test needs a learning signal"
+    for mine, theirs in zip(equal.rec.advantages, plain.rec.advantages, strict=True):
         assert torch.equal(mine, theirs)
-    for mine, theirs in zip(equal.model.parameters(), tokens.model.parameters(), strict=True):
+    for mine, theirs in zip(equal.model.parameters(), plain.model.parameters(), strict=True):
         assert torch.equal(mine, theirs)
 
 
@@ -55,25 +55,25 @@ def test_equal_gives_every_prompt_group_the_same_weight(make_trainer, grpo_confi
     """Round 1 is a uniform cold start (factor 1, same update), so round 2 draws the same budgets
     and completions under both weightings; only its advantages differ, by (T / M) / B_g."""
     coba = {"max_rollouts": 10}
-    tokens = _train(make_trainer, grpo_config, CobaConfig(**coba, group_weight="tokens"), max_steps=2)
+    plain = _train(make_trainer, grpo_config, CobaConfig(**coba, group_weight="proportional"), max_steps=2)
     equal = _train(make_trainer, grpo_config, CobaConfig(**coba, group_weight="equal"), max_steps=2)
     budgets = equal.rec.budgets[1]
-    np.testing.assert_array_equal(budgets, tokens.rec.budgets[1])
+    np.testing.assert_array_equal(budgets, plain.rec.budgets[1])
     assert len(set(budgets.tolist())) > 1, "round 2 must have groups of different sizes"
     t, m = int(budgets.sum()), len(budgets)
     groups = np.repeat(np.arange(m), budgets)  # (T,)
-    a_tokens, a_equal = tokens.rec.advantages[1].double().numpy(), equal.rec.advantages[1].double().numpy()
+    a_plain, a_equal = plain.rec.advantages[1].double().numpy(), equal.rec.advantages[1].double().numpy()
     factor = (t / m) / budgets[groups]  # (T,)
-    np.testing.assert_allclose(a_equal, a_tokens * factor, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a_equal, a_plain * factor, rtol=1e-6, atol=1e-7)
     # the weight each group carries: its rows' factors, summed, the same T / M for every group
     np.testing.assert_allclose(np.bincount(groups, weights=factor), [t / m] * m)
-    moved = np.abs(a_tokens) > 0
+    moved = np.abs(a_plain) > 0
     assert np.any(moved & (factor != 1.0)), "some group with a learning signal must be reweighted"
 
 
-def test_weight_group_advantages_leaves_tokens_untouched() -> None:
+def test_weight_group_advantages_leaves_proportional_untouched() -> None:
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 2.0])
-    assert weight_group_advantages(advantages, np.array([2, 3, 1]), "tokens") is advantages
+    assert weight_group_advantages(advantages, np.array([2, 3, 1]), "proportional") is advantages
     weighted = weight_group_advantages(advantages, np.array([2, 3, 1]), "equal")
     torch.testing.assert_close(weighted, advantages * torch.tensor([1, 1, 2 / 3, 2 / 3, 2 / 3, 2.0]))
 
@@ -85,7 +85,7 @@ def test_equal_says_at_info_where_groups_still_weigh_by_completion_length(caplog
     """``equal`` is the default, so TRL's default ``dapo`` must not warn on every run."""
     with caplog.at_level(logging.INFO, logger="coba_verl.core.group_weight"):
         check_aggregation("equal", loss_type, GROUP_WEIGHT_MODES)
-        check_aggregation("tokens", loss_type, GROUP_WEIGHT_MODES)
+        check_aggregation("proportional", loss_type, GROUP_WEIGHT_MODES)
     records = [r for r in caplog.records if r.name == "coba_verl.core.group_weight"]
     assert {r.levelname for r in records} <= {"INFO"}
     messages = [r.getMessage() for r in records]
@@ -99,4 +99,4 @@ def test_equal_is_refused_under_a_loss_type_it_does_not_know(make_trainer, grpo_
         make_trainer(
             RecordingCoba, grpo_config(loss_type="vespo"), coba_config=CobaConfig(group_weight="equal")
         )
-    check_aggregation("tokens", "vespo", GROUP_WEIGHT_MODES)  # tokens changes nothing: any loss type
+    check_aggregation("proportional", "vespo", GROUP_WEIGHT_MODES)  # proportional changes nothing

@@ -113,7 +113,7 @@ def test_uniform_strategy_takes_the_same_steps_as_stock_grpo(
 def test_coba_generates_each_prompt_its_budget_and_centres_advantages_per_group(
     make_trainer, grpo_config, toy
 ):
-    coba = CobaConfig(max_rollouts=10, group_weight="tokens")  # the advantages before the group weight
+    coba = CobaConfig(max_rollouts=10, group_weight="proportional")  # the advantages before the group weight
     trainer = make_trainer(RecordingCoba, grpo_config(max_steps=4), coba_config=coba)
     seen = spy_allocator(trainer)
     trainer.train()

@@ -86,3 +86,30 @@ def test_group_advantages_do_not_depend_on_other_groups_sizes():
     for session in range(3):
         assert mixed[("x", session)] == pytest.approx(alone[("x", session)], abs=1e-6)
     assert alone[("x", 0)] == pytest.approx(expected_advantage([1.0, 0.0, 0.0], 1.0, True), abs=1e-5)
+
+
+def test_scale_rows_on_the_flat_values_equals_the_padded_round_trip() -> None:
+    """`scale_rows` on TransferQueue's jagged advantages gives what padding them, multiplying by the
+    factor and unpadding with veRL's ``response_to_nested`` gives (the route it replaced)."""
+    from verl.workers.utils.padding import response_to_nested
+
+    from coba_verl.verl_plugin.trainer import scale_rows
+
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(n, generator=gen) for n in (3, 1, 5, 2)]
+    advantages = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    mask = torch.nested.as_nested_tensor(
+        [torch.ones(len(r), dtype=torch.int64) for r in rows], layout=torch.jagged
+    )
+    factors = np.array([0.75, 1.0, 2.0, 1.0 / 3.0])
+    scaled = scale_rows(advantages, factors)
+    padded = advantages.to_padded_tensor(0.0) * torch.as_tensor(factors, dtype=torch.float32)[:, None]
+    reference = response_to_nested(padded, mask)
+    assert scaled.is_nested and torch.equal(scaled.offsets(), advantages.offsets())
+    for mine, theirs, row, f in zip(scaled.unbind(), reference.unbind(), rows, factors, strict=True):
+        assert torch.equal(mine, theirs)
+        torch.testing.assert_close(mine, row * float(f))
+    dense = torch.randn(4, 3, generator=gen)
+    torch.testing.assert_close(
+        scale_rows(dense, factors), dense * torch.as_tensor(factors, dtype=torch.float32)[:, None]
+    )

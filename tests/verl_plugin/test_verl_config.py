@@ -12,6 +12,7 @@ from importlib import resources
 import pytest
 from omegaconf import OmegaConf
 
+from coba_verl.core import group_weight
 from coba_verl.core.config import CobaConfig
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
 from coba_verl.verl_plugin.main import prepare_config
@@ -34,7 +35,7 @@ NON_DEFAULT_OVERRIDES = {
     "prior_field": ("extra_info.pass_count/extra_info.attempts", "extra_info.pass_count/extra_info.attempts"),
     "prior_file": ("/data/priors.jsonl", "/data/priors.jsonl"),
     "prior_weight": ("4", 4),
-    "group_weight": ("tokens", "tokens"),
+    "group_weight": ("proportional", "proportional"),
     "budget_unit": ("tokens", "tokens"),
 }
 
@@ -153,8 +154,17 @@ def test_equal_group_weight_is_refused_under_a_loss_agg_mode_it_does_not_know(ba
     OmegaConf.update(config, "actor_rollout_ref.actor.loss_agg_mode", "seq-max-token-mean")
     with pytest.raises(ValueError, match="loss_agg_mode='seq-max-token-mean': coba-verl knows"):
         check_config(config)
-    OmegaConf.update(config, "coba.group_weight", "tokens")  # tokens changes nothing: any mode
-    assert check_config(config).group_weight == "tokens"
+    OmegaConf.update(config, "coba.group_weight", "proportional")  # changes nothing: any mode
+    assert check_config(config).group_weight == "proportional"
+
+
+def test_group_weight_old_spelling_tokens_composes_as_proportional(coba_compose, gpu_1x8, monkeypatch):
+    """``coba.group_weight=tokens`` (``proportional``'s old name) still runs, with a deprecation warning."""
+    monkeypatch.setattr(group_weight, "_warned_renames", set())
+    overrides = ["coba.group_weight=tokens", "actor_rollout_ref.actor.loss_agg_mode=token-sum"]
+    config = coba_compose([*gpu_1x8, *overrides])
+    with pytest.warns(DeprecationWarning, match="coba.group_weight='tokens' is deprecated"):
+        assert check_config(config).group_weight == "proportional"
 
 
 def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(base_1x8):

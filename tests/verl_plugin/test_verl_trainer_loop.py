@@ -476,11 +476,11 @@ def test_uniform_strategy_reproduces_stock_grpo(
 ):
     """coba.strategy=uniform against veRL's own PPOTrainerSync on the same data and rewards: same
     prompts per step, rollout.n sessions each, same trajectories, same advantages, under
-    coba.group_weight=tokens and bit for bit the same under equal (the default)."""
+    coba.group_weight=proportional and bit for bit the same under equal (the default)."""
     runs = {}
     for name, cls, overrides in (
         ("stock", PPOTrainerSync, ("trainer.v1.trainer_mode=sync",)),
-        ("uniform", CobaTrainer, ("coba.strategy=uniform", "coba.group_weight=tokens")),
+        ("uniform", CobaTrainer, ("coba.strategy=uniform", "coba.group_weight=proportional")),
         ("uniform_equal", CobaTrainer, ("coba.strategy=uniform",)),  # equal, the default
     ):
         config = loop_config(small_config, tmp_path / name, "trainer.total_training_steps=4", *overrides)

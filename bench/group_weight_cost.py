@@ -1,0 +1,252 @@
+"""The cost of ``coba.group_weight=equal`` in veRL's V1 trainer, beside veRL's own advantage pass.
+
+    python bench/group_weight_cost.py                    # M = 512, n = 16, answers 1000-4000 tokens
+    python bench/group_weight_cost.py --prompts 64 --repeats 2       # a quick look
+    python bench/group_weight_cost.py --no-transfer-queue            # the tensor work only, no Ray
+
+With ``equal``, `CobaTrainer._compute_advantage` runs veRL's ``_compute_advantage`` (read seven
+fields back from TransferQueue, pad, GRPO, unpad, write advantages and returns) and then
+`CobaTrainer._weight_advantages`: the factors of `group_weight_of_keys`, then the advantages read
+back, scaled on their flat values (`scale_rows`) and written again. It replaced a route that also
+read the response masks, padded, multiplied and unpadded with veRL's ``response_to_nested``; both
+are timed. This bench times them beside veRL's pass on the same step, on CPU, in two parts:
+
+1. **Tensor work, no TransferQueue.** veRL's part: ``to_padded_tensor`` of the fields its pass
+   reads, ``compute_advantage_for_multi_trajectories`` (which calls
+   ``core_algos.compute_grpo_outcome_advantage``), ``response_to_nested`` of advantages and
+   returns; and ``compute_grpo_outcome_advantage`` alone on the padded tensors. The weight's part:
+   `group_weight_of_keys` and `scale_rows` (the previous route: ``to_padded_tensor`` of advantages
+   and masks, the multiplication and ``response_to_nested``).
+2. **With TransferQueue** (a local Ray, ``num_cpus=2``, TransferQueue from veRL's config node with
+   one SimpleStorage unit, as the plugin tests run it): the step's rollouts are put as veRL's agent
+   loop puts them (``list_of_dict_to_tensordict``, keys ``{uid}_{session}_0``), then veRL's own
+   ``PPOTrainer._compute_advantage`` and coba-verl's own ``CobaTrainer._weight_advantages`` are
+   called, each on a stand-in ``self`` holding only what the method reads (the composed config;
+   the group weight), and the previous route as it was.
+
+The budgets are CoBA's (`coba_verl.core.allocate` on spread pass rates), so group sizes differ
+and the weight is not skipped. Times are the median of ``--repeats`` runs; a ratio is the
+weight's median over veRL's. Before each run of veRL's pass the step's fields are put again.
+Nothing else of a step (generation, log-probs, the update) is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from importlib import resources
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from coba_verl.core import allocate
+
+WEIGHT_TENSOR = "group weight (tensor work)"
+PADDED_TENSOR = "  previous route: mask, pad, multiply, unpad"
+WEIGHT_TQ = "CobaTrainer._weight_advantages (TransferQueue)"
+PADDED_TQ = "  previous route (TransferQueue)"
+VERL_TENSOR = "veRL's advantage pass (tensor work)"
+VERL_TQ = "veRL's _compute_advantage (TransferQueue)"
+
+#: Fields veRL's ``_compute_advantage`` reads that exist in a GRPO run (``values`` does not).
+VERL_FIELDS = ("response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob")
+
+
+def step_rollouts(
+    m: int, n: int, low: int, high: int, seed: int
+) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+    """Keys ``{uid}_{session}_0``, response lengths, 0/1 scores and the (M,) budgets of one step
+    under CoBA budgets."""
+    rng = np.random.default_rng(seed)
+    pass_rates = rng.choice(np.arange(17) / 16.0, size=m)
+    budgets = allocate(pass_rates, m * n, 2, 128)  # (M,), sums to M * n
+    keys, lengths, scores = [], [], []
+    for g, (b, p) in enumerate(zip(budgets.tolist(), pass_rates.tolist(), strict=True)):
+        for s in range(b):
+            keys.append(f"u{g:05d}_{s}_0")
+        lengths += rng.integers(low, high + 1, size=b).tolist()
+        scores += (rng.random(b) < p).astype(float).tolist()
+    return keys, lengths, np.asarray(scores), budgets
+
+
+def agent_loop_fields(keys: list[str], lengths: list[int], scores: np.ndarray) -> TensorDict:
+    """The fields of the step's rollouts, as the agent loop and the workers leave them (nested)."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for key, length, score in zip(keys, lengths, scores.tolist(), strict=True):
+        rm = torch.zeros(length)
+        rm[-1] = score
+        rows.append(
+            {
+                "uid": key.split("_", 1)[0],
+                "response_mask": torch.ones(length, dtype=torch.int64),
+                "rm_scores": rm,
+                "rollout_log_probs": -torch.rand(length, generator=gen),
+                "old_log_probs": -torch.rand(length, generator=gen),
+                "ref_log_prob": -torch.rand(length, generator=gen),
+            }
+        )
+    return list_of_dict_to_tensordict(rows)
+
+
+def median_time(fn: Callable[[], object], repeats: int, reset: Callable[[], None] | None = None) -> float:
+    times = []
+    for _ in range(repeats):
+        if reset is not None:
+            reset()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def composed_config():
+    """``coba_trainer`` as ``python -m coba_verl.main`` composes it, with one storage unit."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(resources.files("coba_verl") / "config"), version_base=None):
+        return compose(
+            config_name="coba_trainer",
+            overrides=[
+                "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+                "actor_rollout_ref.rollout.n=16",
+            ],
+        )
+
+
+def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float]:
+    from verl import DataProto
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+    from verl.workers.utils.padding import response_to_nested
+
+    from coba_verl.verl_plugin.trainer import group_weight_of_keys, scale_rows
+
+    uids = np.asarray([key.split("_", 1)[0] for key in keys], dtype=object)
+    mask_nested = fields["response_mask"]
+
+    def verl_pass():
+        data = DataProto(batch=fields.select(*VERL_FIELDS).to_padded_tensor())
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+        data.non_tensor_batch["uid"] = uids
+        data = compute_advantage_for_multi_trajectories(
+            data, batch_keys=keys, adv_estimator=core_algos.AdvantageEstimator.GRPO, num_repeat=16
+        )
+        return [response_to_nested(data.batch[f], mask_nested) for f in ("advantages", "returns")]
+
+    padded = fields.select("rm_scores", "response_mask").to_padded_tensor()
+    rewards, mask = padded["rm_scores"], padded["response_mask"]  # (R, T)
+
+    def grpo_only():
+        return core_algos.compute_grpo_outcome_advantage(rewards, mask, uids)
+
+    advantages = TensorDict(
+        {"advantages": fields["rm_scores"].clone(), "response_mask": mask_nested}, batch_size=len(keys)
+    )
+
+    def weight():
+        return scale_rows(advantages["advantages"], group_weight_of_keys(keys, tags, "equal"))
+
+    def weight_padded():
+        factors = group_weight_of_keys(keys, tags, "equal")
+        data = advantages.to_padded_tensor()
+        scaled = data["advantages"] * torch.as_tensor(factors, dtype=data["advantages"].dtype)[:, None]
+        return response_to_nested(scaled, mask_nested)
+
+    return {
+        "veRL's advantage pass (tensor work)": median_time(verl_pass, repeats),
+        "  of which compute_grpo_outcome_advantage": median_time(grpo_only, repeats),
+        WEIGHT_TENSOR: median_time(weight, repeats),
+        PADDED_TENSOR: median_time(weight_padded, repeats),
+    }
+
+
+def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float]:
+    import ray
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from coba_verl.core.config import CobaConfig
+    from coba_verl.verl_plugin.trainer import CobaTrainer, group_weight_of_keys
+
+    config = composed_config()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(config.transfer_queue)
+        verl_self = SimpleNamespace(config=config)
+        coba_self = SimpleNamespace(coba_config=CobaConfig(group_weight="equal"))
+
+        def put():  # the step's rollouts as the agent loop and the workers leave them
+            tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=tags)
+
+        put()
+        meta = tq.kv_batch_put(keys=keys, partition_id="train", tags=tags)
+        verl_s = median_time(lambda: PPOTrainer._compute_advantage(verl_self, meta, {}), repeats, put)
+        weight_s = median_time(lambda: CobaTrainer._weight_advantages(coba_self, meta), repeats)
+
+        def padded_route():  # what _weight_advantages did before scale_rows: two fields, padded
+            from verl.workers.utils.padding import response_to_nested
+
+            factors = group_weight_of_keys(keys, tags, "equal")
+            data = tq.kv_batch_get(
+                keys=keys, partition_id="train", select_fields=["advantages", "response_mask"]
+            )
+            padded = data.to_padded_tensor()
+            scaled = (
+                padded["advantages"] * torch.as_tensor(factors, dtype=padded["advantages"].dtype)[:, None]
+            )
+            nested = {"advantages": response_to_nested(scaled, data["response_mask"])}
+            tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict(nested, batch_size=len(keys)))
+
+        padded_s = median_time(padded_route, repeats)
+        tq.kv_clear(keys=keys, partition_id="train")
+        tq.close()
+    finally:
+        ray.shutdown()
+    return {VERL_TQ: verl_s, WEIGHT_TQ: weight_s, PADDED_TQ: padded_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=512, help="M, prompts per step")
+    parser.add_argument("--rollouts", type=int, default=16, help="n, mean rollouts per prompt")
+    parser.add_argument("--min-length", type=int, default=1000, help="shortest answer, tokens")
+    parser.add_argument("--max-length", type=int, default=4000, help="longest answer, tokens")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-transfer-queue", action="store_true", help="part 1 only (no Ray)")
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+
+    keys, lengths, scores, budgets = step_rollouts(
+        args.prompts, args.rollouts, args.min_length, args.max_length, args.seed
+    )
+    tags = [{"status": "success", "response_len": n} for n in lengths]
+    fields = agent_loop_fields(keys, lengths, scores)
+    print(
+        f"M={args.prompts} prompts, R={len(keys)} rollouts (CoBA budgets {budgets.min()}-{budgets.max()}), "
+        f"answers {args.min_length}-{args.max_length} tokens "
+        f"(mean {np.mean(lengths):.0f}), torch threads {torch.get_num_threads()}, median of {args.repeats}"
+    )
+    rows = tensor_part(keys, tags, fields, args.repeats)
+    if not args.no_transfer_queue:
+        rows |= transfer_queue_part(keys, tags, fields, args.repeats)
+    width = max(map(len, rows))
+    for name, seconds in rows.items():
+        print(f"{name:<{width}}  {seconds * 1e3:9.1f} ms")
+    print(f"group weight / veRL's pass, tensor work: {rows[WEIGHT_TENSOR] / rows[VERL_TENSOR]:.3f} "
+          f"(previous route {rows[PADDED_TENSOR] / rows[VERL_TENSOR]:.3f})")  # fmt: skip
+    if not args.no_transfer_queue:
+        print(f"group weight / veRL's pass, with TransferQueue: {rows[WEIGHT_TQ] / rows[VERL_TQ]:.3f} "
+              f"(previous route {rows[PADDED_TQ] / rows[VERL_TQ]:.3f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
