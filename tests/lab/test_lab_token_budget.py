@@ -13,9 +13,9 @@ from tests.lab.test_lab_grpo import TINY, _constant_task_context
 
 
 def test_token_budget_option_round_trips_and_sets_the_budget_unit() -> None:
-    spec = parse_run_label("coba:tokens+prior+token_budget@0.5")
-    assert spec == RunSpec("coba", 0.5, "tokens", True, "tokens")
-    assert spec.label == "coba:tokens+prior+token_budget@0.5"
+    spec = parse_run_label("coba:proportional+prior+token_budget@0.5")
+    assert spec == RunSpec("coba", 0.5, "proportional", True, "tokens")
+    assert spec.label == "coba:proportional+prior+token_budget@0.5"
     cfg = LabConfig(**TINY, runs=["uniform", "coba+token_budget"])
     assert cfg.coba_config("coba", None, spec.budget_unit).budget_unit == "tokens"
     assert cfg.coba_config("coba").budget_unit == "rollouts"
