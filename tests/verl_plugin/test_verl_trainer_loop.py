@@ -1140,3 +1140,25 @@ def test_separate_async_local_updates_each_train_their_share_in_rollouts(
     assert [cost[1:] for cost in costs["coba"]] == [cost[1:] for cost in costs["uniform"]]  # rows, opt. steps
     assert_every_step_balances(run.logged, synchronous=False)
     assert any(len(set(s["budgets"])) > 1 for s in run.manager.submissions)
+
+
+def test_separate_async_with_dapo_trains_each_local_updates_share_from_groups_with_a_reward_spread(
+    async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    """DAPO's filter in separate_async: evicted groups reach the tracker, and each of the two local
+    updates per weight sync still trains exactly (M / 2) x n rollouts, every trained group with a
+    reward spread."""
+    run = async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, *SEPARATE, *DAPO,
+        "trainer.save_freq=-1", cls=CobaSeparateAsyncTrainer,
+    )  # fmt: skip
+    share = PROMPTS_PER_STEP // 2 * ROLLOUT_N
+    assert [update_cost(u)[0] for u in run.trainer.actor_rollout_wg.updates] == [share] * (2 * STEPS)
+    assert_every_step_balances(run.logged, synchronous=False)
+    assert sum(run.logged[step]["coba/evicted_groups"] for step in range(1, STEPS + 1)) > 0
+    for update in run.trainer.actor_rollout_wg.updates:
+        by_group: dict[str, list[float]] = {}
+        for key, advantage in update["advantage"].items():
+            if not key.startswith("pad"):
+                by_group.setdefault(key.rsplit("_", 2)[0], []).append(advantage)
+        assert all(any(a != 0 for a in values) for values in by_group.values())
