@@ -4,30 +4,29 @@
     python bench/group_weight_cost.py --prompts 64 --repeats 2       # a quick look
     python bench/group_weight_cost.py --no-transfer-queue            # the tensor work only, no Ray
 
-With ``equal``, `CobaTrainer._compute_advantage` runs veRL's ``_compute_advantage`` (read seven
-fields back from TransferQueue, pad, GRPO, unpad, write advantages and returns) and then
-`CobaTrainer._weight_advantages`: the factors of `group_weight_of_keys`, then the advantages read
-back, scaled on their flat values (`scale_rows`) and written again. It replaced a route that also
-read the response masks, padded, multiplied and unpadded with veRL's ``response_to_nested``; both
-are timed. This bench times them beside veRL's pass on the same step, on CPU, in two parts:
+With ``equal``, `CobaTrainer._compute_advantage` multiplies each session's advantage by
+(R / G) / B_g (`group_weight_of_keys`). On veRL 0.9.1 it does so inside veRL's pass
+(`weighted_advantage_pass`: veRL's steps, the factor on the padded advantages, one write); on any
+other veRL it runs veRL's ``_compute_advantage`` and then `weight_written_advantages` (the
+advantages read back, scaled on their flat values, written again). This bench times both routes
+beside veRL's pass on the same step, on CPU, in two parts:
 
 1. **Tensor work, no TransferQueue.** veRL's part: ``to_padded_tensor`` of the fields its pass
    reads, ``compute_advantage_for_multi_trajectories`` (which calls
    ``core_algos.compute_grpo_outcome_advantage``), ``response_to_nested`` of advantages and
-   returns; and ``compute_grpo_outcome_advantage`` alone on the padded tensors. The weight's part:
-   `group_weight_of_keys` and `scale_rows` (the previous route: ``to_padded_tensor`` of advantages
-   and masks, the multiplication and ``response_to_nested``).
+   returns; and ``compute_grpo_outcome_advantage`` alone on the padded tensors. The weight's part
+   on the inside route: `group_weight_of_keys` and `scale_rows` on the padded advantages.
 2. **With TransferQueue** (a local Ray, ``num_cpus=2``, TransferQueue from veRL's config node with
    one SimpleStorage unit, as the plugin tests run it): the step's rollouts are put as veRL's agent
-   loop puts them (``list_of_dict_to_tensordict``, keys ``{uid}_{session}_0``), then veRL's own
-   ``PPOTrainer._compute_advantage`` and coba-verl's own ``CobaTrainer._weight_advantages`` are
-   called, each on a stand-in ``self`` holding only what the method reads (the composed config;
-   the group weight), and the previous route as it was.
+   loop puts them (``list_of_dict_to_tensordict``, keys ``{uid}_{session}_0``), then, in pairs and
+   in alternating order, veRL's own ``PPOTrainer._compute_advantage`` and the inside route
+   (`group_weight_of_keys` + `weighted_advantage_pass`), each on a stand-in ``self`` holding what
+   the pass reads (the composed config); and the after route's extra round trip alone.
 
 The budgets are CoBA's (`coba_verl.core.allocate` on spread pass rates), so group sizes differ
-and the weight is not skipped. Times are the median of ``--repeats`` runs; a ratio is the
-weight's median over veRL's. Before each run of veRL's pass the step's fields are put again.
-Nothing else of a step (generation, log-probs, the update) is measured.
+and the weight is not skipped. Times are the median of ``--repeats`` runs; the inside route's
+share is the median over pairs of (inside - veRL) / veRL. Before each run of a whole pass the
+step's fields are put again. Nothing else of a step (generation, log-probs, the update) is measured.
 """
 
 from __future__ import annotations
@@ -45,12 +44,12 @@ from tensordict import TensorDict
 
 from coba_verl.core import allocate
 
-WEIGHT_TENSOR = "group weight (tensor work)"
-PADDED_TENSOR = "  previous route: mask, pad, multiply, unpad"
-WEIGHT_TQ = "CobaTrainer._weight_advantages (TransferQueue)"
-PADDED_TQ = "  previous route (TransferQueue)"
+WEIGHT_TENSOR = "group weight, inside route (tensor work)"
 VERL_TENSOR = "veRL's advantage pass (tensor work)"
 VERL_TQ = "veRL's _compute_advantage (TransferQueue)"
+INSIDE_TQ = "veRL's pass with the weight inside (TransferQueue)"
+AFTER_TQ = "after route, its extra read and write (TransferQueue)"
+INSIDE_SHARE = "inside route's extra, share of veRL's pass (median over pairs)"
 
 #: Fields veRL's ``_compute_advantage`` reads that exist in a GRPO run (``values`` does not).
 VERL_FIELDS = ("response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob")
@@ -126,7 +125,7 @@ def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
     from verl.workers.utils.padding import response_to_nested
 
-    from coba_verl.verl_plugin.trainer import group_weight_of_keys, scale_rows
+    from coba_verl.verl_plugin.advantage import group_weight_of_keys, scale_rows
 
     uids = np.asarray([key.split("_", 1)[0] for key in keys], dtype=object)
     mask_nested = fields["response_mask"]
@@ -147,24 +146,15 @@ def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float
     def grpo_only():
         return core_algos.compute_grpo_outcome_advantage(rewards, mask, uids)
 
-    advantages = TensorDict(
-        {"advantages": fields["rm_scores"].clone(), "response_mask": mask_nested}, batch_size=len(keys)
-    )
+    advantages = torch.zeros_like(rewards)  # (R, T), as veRL's pass holds them before unpadding
 
     def weight():
-        return scale_rows(advantages["advantages"], group_weight_of_keys(keys, tags, "equal"))
-
-    def weight_padded():
-        factors = group_weight_of_keys(keys, tags, "equal")
-        data = advantages.to_padded_tensor()
-        scaled = data["advantages"] * torch.as_tensor(factors, dtype=data["advantages"].dtype)[:, None]
-        return response_to_nested(scaled, mask_nested)
+        return scale_rows(advantages, group_weight_of_keys(keys, tags, "equal"))
 
     return {
-        "veRL's advantage pass (tensor work)": median_time(verl_pass, repeats),
+        VERL_TENSOR: median_time(verl_pass, repeats),
         "  of which compute_grpo_outcome_advantage": median_time(grpo_only, repeats),
         WEIGHT_TENSOR: median_time(weight, repeats),
-        PADDED_TENSOR: median_time(weight_padded, repeats),
     }
 
 
@@ -173,44 +163,51 @@ def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[st
     import transfer_queue as tq
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from coba_verl.core.config import CobaConfig
-    from coba_verl.verl_plugin.trainer import CobaTrainer, group_weight_of_keys
+    from coba_verl.verl_plugin.advantage import (
+        group_weight_of_keys,
+        weight_written_advantages,
+        weighted_advantage_pass,
+    )
 
     config = composed_config()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         tq.init(config.transfer_queue)
-        verl_self = SimpleNamespace(config=config)
-        coba_self = SimpleNamespace(coba_config=CobaConfig(group_weight="equal"))
+        trainer = SimpleNamespace(config=config)
 
         def put():  # the step's rollouts as the agent loop and the workers leave them
             tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=tags)
 
         put()
         meta = tq.kv_batch_put(keys=keys, partition_id="train", tags=tags)
-        verl_s = median_time(lambda: PPOTrainer._compute_advantage(verl_self, meta, {}), repeats, put)
-        weight_s = median_time(lambda: CobaTrainer._weight_advantages(coba_self, meta), repeats)
 
-        def padded_route():  # what _weight_advantages did before scale_rows: two fields, padded
-            from verl.workers.utils.padding import response_to_nested
+        def verl_pass():
+            PPOTrainer._compute_advantage(trainer, meta, {})
 
+        def inside_route():
             factors = group_weight_of_keys(keys, tags, "equal")
-            data = tq.kv_batch_get(
-                keys=keys, partition_id="train", select_fields=["advantages", "response_mask"]
-            )
-            padded = data.to_padded_tensor()
-            scaled = (
-                padded["advantages"] * torch.as_tensor(factors, dtype=padded["advantages"].dtype)[:, None]
-            )
-            nested = {"advantages": response_to_nested(scaled, data["response_mask"])}
-            tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict(nested, batch_size=len(keys)))
+            weighted_advantage_pass(trainer, meta, {}, factors)
 
-        padded_s = median_time(padded_route, repeats)
+        verl_times, inside_times = [], []
+        for r in range(repeats):  # pairs, alternating which runs first
+            for fn, times in ((verl_pass, verl_times), (inside_route, inside_times))[
+                :: 1 if r % 2 == 0 else -1
+            ]:
+                times.append(median_time(fn, 1, put))
+        after_s = median_time(
+            lambda: weight_written_advantages(meta, group_weight_of_keys(keys, tags, "equal")), repeats
+        )
         tq.kv_clear(keys=keys, partition_id="train")
         tq.close()
     finally:
         ray.shutdown()
-    return {VERL_TQ: verl_s, WEIGHT_TQ: weight_s, PADDED_TQ: padded_s}
+    shares = [(i - v) / v for v, i in zip(verl_times, inside_times, strict=True)]
+    return {
+        VERL_TQ: statistics.median(verl_times),
+        INSIDE_TQ: statistics.median(inside_times),
+        AFTER_TQ: after_s,
+        INSIDE_SHARE: statistics.median(shares),
+    }
 
 
 def main() -> None:
@@ -238,14 +235,15 @@ def main() -> None:
     rows = tensor_part(keys, tags, fields, args.repeats)
     if not args.no_transfer_queue:
         rows |= transfer_queue_part(keys, tags, fields, args.repeats)
+    share = rows.pop(INSIDE_SHARE, None)
     width = max(map(len, rows))
     for name, seconds in rows.items():
         print(f"{name:<{width}}  {seconds * 1e3:9.1f} ms")
-    print(f"group weight / veRL's pass, tensor work: {rows[WEIGHT_TENSOR] / rows[VERL_TENSOR]:.3f} "
-          f"(previous route {rows[PADDED_TENSOR] / rows[VERL_TENSOR]:.3f})")  # fmt: skip
-    if not args.no_transfer_queue:
-        print(f"group weight / veRL's pass, with TransferQueue: {rows[WEIGHT_TQ] / rows[VERL_TQ]:.3f} "
-              f"(previous route {rows[PADDED_TQ] / rows[VERL_TQ]:.3f})")  # fmt: skip
+    print(f"group weight / veRL's pass, tensor work: {rows[WEIGHT_TENSOR] / rows[VERL_TENSOR]:.3f}")
+    if share is not None:
+        print(f"inside route: veRL's pass {rows[INSIDE_TQ] / rows[VERL_TQ]:.3f}x, "
+              f"its extra {share:+.3f} of veRL's pass (median over {args.repeats} pairs)")  # fmt: skip
+        print(f"after route: its extra read and write {rows[AFTER_TQ] / rows[VERL_TQ]:.3f} of veRL's pass")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 ``_submit_batch_to_rollout`` remembers each submitted group's (tracker id, B_i), then submits.
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid); with
                              ``coba.group_weight=equal`` each session's advantage times
-                             (R / G) / B_g (`group_weight_of_keys`); then the trained groups'
+                             (R / G) / B_g (`group_weight_of_keys`), applied inside veRL's pass
+                             before its one write (`advantage`); then the trained groups'
                              scores and response lengths go to the tracker (`sessions`' rule for
                              failed sessions and for an engine that ignores budgets), and what the
                              step trains is counted (`trained_cost`).
@@ -72,11 +73,16 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.cpu.workers import GlooWorkers
 from coba_verl.framework_api import check_api
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
+from coba_verl.verl_plugin.advantage import (
+    advantage_route,
+    group_weight_of_keys,
+    weight_written_advantages,
+    weighted_advantage_pass,
+)
 from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import ProgressLines
@@ -164,47 +170,6 @@ def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict
     }
 
 
-def scale_rows(values: torch.Tensor, factors: np.ndarray) -> torch.Tensor:
-    """Row r of ``values`` times ``factors[r]``: a jagged nested tensor (R, j) as TransferQueue
-    returns responses, scaled on its flat values (no padding, no mask), or a dense (R, T) one.
-
-        values  [[a, b], [c], [d, e, f]]     factors [2, 1, 0.5]  ->  [[2a, 2b], [c], [d/2, e/2, f/2]]
-    """
-    weights = torch.as_tensor(factors, dtype=values.dtype, device=values.device)  # (R,)
-    if not values.is_nested:
-        return values * weights.reshape(-1, *([1] * (values.dim() - 1)))
-    offsets = values.offsets()  # (R + 1,)
-    flat = values.values() * torch.repeat_interleave(weights, offsets.diff())  # (sum_r j_r,)
-    return torch.nested.nested_tensor_from_jagged(flat, offsets)
-
-
-def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str) -> np.ndarray:
-    """Advantage factor of each trajectory key of a trained batch (`rollout_weights` per session).
-
-    A rollout is a session ``{uid}_{session}``: R counts the batch's sessions, G its uids, B_g the
-    sessions of uid g that reached the batch (a failed session is not trained, so it does not
-    count). Every output of a session shares its factor; padding rows keep 1.
-
-        keys     a_0_0 a_0_1 a_1_0 b_0_0 pad7f_0_0       (R = 3 sessions, G = 2 groups)
-        factor   3/4   3/4   3/4   3/2   1               (equal: (R / G) / B_g)
-
-    Returns:
-        (len(keys),) float64.
-    """
-    factors = np.ones(len(keys), dtype=np.float64)
-    if check_group_weight(group_weight) == "proportional":
-        return factors
-    rows, sessions = [], []
-    for i, (key, tag) in enumerate(zip(keys, tags, strict=True)):
-        if not tag.get("is_padding", False):
-            rows.append(i)
-            sessions.append(key.rsplit("_", 1)[0])  # "a_0_1" -> "a_0"
-    unique, inverse = np.unique(np.asarray(sessions), return_inverse=True)  # one entry per session
-    uids = np.asarray([session.rsplit("_", 1)[0] for session in unique])  # (R,) group of each session
-    factors[rows] = rollout_weights(uids, group_weight)[inverse.reshape(-1)]
-    return factors
-
-
 class CobaBudgets:
     """CoBA-RL rollout budgets for a veRL V1 trainer: the methods of the module docstring, mixed in
     before veRL's trainer class (`CobaTrainer`, `CobaColocateAsyncTrainer`).
@@ -234,6 +199,17 @@ class CobaBudgets:
         self._cost: Counter = Counter()  # this step's `trained_cost`
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
         super().__init__(config)  # builds the replay buffer, which needs the fields above
+        # where coba.group_weight's factor meets veRL's advantages (`advantage`'s module docstring)
+        self._advantage_route = advantage_route(super()._compute_advantage)
+        if self.coba_config.group_weight != "proportional":
+            logger.info(
+                "coba.group_weight=%s: the factor is applied %s",
+                self.coba_config.group_weight,
+                "inside veRL's advantage pass (one write to TransferQueue)"
+                if self._advantage_route == "inside"
+                else "after veRL's advantage pass (the advantages are read back and written again): "
+                "its _compute_advantage is not veRL 0.9.1's",
+            )
 
     @property
     def allocator(self) -> BudgetAllocator:
@@ -304,10 +280,17 @@ class CobaBudgets:
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """veRL's advantage (GRPO groups by uid, any group size), weighted per group; feed the tracker."""
-        batch = super()._compute_advantage(batch, metrics)
         start = time.perf_counter()
-        if self.coba_config.group_weight != "proportional":
-            batch = self._weight_advantages(batch)
+        factors = group_weight_of_keys(list(batch.keys), list(batch.tags), self.coba_config.group_weight)
+        self._plugin_time_s += time.perf_counter() - start
+        if bool(np.all(factors == 1.0)):  # proportional, or groups of one size (uniform): veRL's pass
+            batch = super()._compute_advantage(batch, metrics)
+        elif self._advantage_route == "inside":
+            batch = weighted_advantage_pass(self, batch, metrics, factors)
+        else:
+            batch = super()._compute_advantage(batch, metrics)
+            batch = weight_written_advantages(batch, factors)
+        start = time.perf_counter()
         groups = final_outputs(batch.keys, batch.tags)
         self._count_cost(list(batch.tags))
         unknown = sorted(uid for uid in groups if not self.ledger.knows(uid))
@@ -396,22 +379,6 @@ class CobaBudgets:
         self._allocations.append(allocation)
         self._plugin_time_s += time.perf_counter() - start
         return prompts
-
-    def _weight_advantages(self, batch: KVBatchMeta) -> KVBatchMeta:
-        """Multiply the advantages veRL wrote to TransferQueue by `group_weight_of_keys`, in place.
-
-        Runs on the batch the step trains (after DAPO's filtering, whatever submissions its groups
-        came from), so R and G are those of the step's loss. ``returns`` stay as veRL wrote them
-        (GRPO trains no critic). A batch whose groups all have one size is left as it is. Only the
-        advantages are read back, and scaled on their flat values (`scale_rows`): no response mask,
-        no padding (bench/group_weight_cost.py; docs/verl.md, "Group weight").
-        """
-        factors = group_weight_of_keys(list(batch.keys), list(batch.tags), self.coba_config.group_weight)
-        if bool(np.all(factors == 1.0)):  # groups of one size (uniform): nothing to scale, no round trip
-            return batch
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages"])
-        fields = TensorDict({"advantages": scale_rows(data["advantages"], factors)}, batch_size=len(batch))
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
 
     def _count_cost(self, tags: list[Mapping]) -> None:
         """Add one update's `trained_cost` to the step's counters."""

@@ -719,6 +719,7 @@ def test_equal_group_weight_gives_every_trained_group_the_same_weight(
         loop_config(small_config, tmp_path / "ckpt", *overrides, "coba.group_weight=equal"),
         tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch,
     )  # fmt: skip
+    assert trainer._advantage_route == "inside"  # the factor applied within veRL's pass, one write
     if overrides:  # DAPO: a step's trained groups come from several submissions
         assert len(manager.submissions) > STEPS
     drawn = [(s["step"], index) for s in manager.submissions for index in s["index"]]  # per group
