@@ -50,6 +50,7 @@ VERL_TQ = "veRL's _compute_advantage (TransferQueue)"
 INSIDE_TQ = "veRL's pass with the weight inside (TransferQueue)"
 AFTER_TQ = "after route, its extra read and write (TransferQueue)"
 INSIDE_SHARE = "inside route's extra, share of veRL's pass (median over pairs)"
+INSIDE_SHARE_RANGE = "inside route's extra, least and most over pairs"
 
 #: Fields veRL's ``_compute_advantage`` reads that exist in a GRPO run (``values`` does not).
 VERL_FIELDS = ("response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob")
@@ -158,7 +159,7 @@ def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float
     }
 
 
-def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float]:
+def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, object]:
     import ray
     import transfer_queue as tq
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
@@ -207,6 +208,7 @@ def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[st
         INSIDE_TQ: statistics.median(inside_times),
         AFTER_TQ: after_s,
         INSIDE_SHARE: statistics.median(shares),
+        INSIDE_SHARE_RANGE: (min(shares), max(shares)),
     }
 
 
@@ -236,13 +238,15 @@ def main() -> None:
     if not args.no_transfer_queue:
         rows |= transfer_queue_part(keys, tags, fields, args.repeats)
     share = rows.pop(INSIDE_SHARE, None)
+    low, high = rows.pop(INSIDE_SHARE_RANGE, (None, None))
     width = max(map(len, rows))
     for name, seconds in rows.items():
         print(f"{name:<{width}}  {seconds * 1e3:9.1f} ms")
     print(f"group weight / veRL's pass, tensor work: {rows[WEIGHT_TENSOR] / rows[VERL_TENSOR]:.3f}")
     if share is not None:
         print(f"inside route: veRL's pass {rows[INSIDE_TQ] / rows[VERL_TQ]:.3f}x, "
-              f"its extra {share:+.3f} of veRL's pass (median over {args.repeats} pairs)")  # fmt: skip
+              f"its extra {share:+.3f} of veRL's pass (median over {args.repeats} pairs; "
+              f"{low:+.3f} to {high:+.3f})")  # fmt: skip
         print(f"after route: its extra read and write {rows[AFTER_TQ] / rows[VERL_TQ]:.3f} of veRL's pass")
 
 

@@ -12,15 +12,16 @@ whatever its budget B_g. Two routes put that factor on the advantages veRL train
   route composes the same veRL functions in the same order and multiplies the padded advantages by
   the factors just before the one write: no second read or write of the advantages.
 * **after** veRL's pass (`weight_written_advantages`): veRL's own method, then the advantages read
-  back, scaled on their flat values and written again; about a seventh of veRL's pass more
-  (``bench/group_weight_cost.py``).
+  back, scaled on their flat values and written again: a fifth of veRL's pass more at M = 512,
+  n = 16 (``bench/group_weight_cost.py``; docs/verl.md, "What the weight costs").
 
 The inside route stands for veRL's method, so it is taken only while that method is the one it was
-written against: `advantage_route` compares the source of the method a trainer would call with
-`VERL_ADVANTAGE_SHA256` (veRL 0.9.1's). Any other veRL, or a base class that overrides the method,
-gets the after route, named in one INFO line. Both routes give the same advantages bit for bit
-(``tests/verl_plugin/test_verl_trainer_loop.py``). ``returns`` keep veRL's values on both: GRPO
-trains no critic.
+written against: `advantage_route` checks that the method a trainer would call is veRL's own
+``PPOTrainer._compute_advantage`` and that its source digest is `VERL_ADVANTAGE_SHA256` (veRL
+0.9.1's). Any other veRL, a base class that overrides the method or a wrapper around it gets the
+after route; the trainer names its route in one INFO line at start (under ``equal``). Both routes
+give the same advantages bit for bit (``tests/verl_plugin/test_verl_advantage_pass.py``).
+``returns`` keep veRL's values on both: GRPO trains no critic.
 """
 
 from __future__ import annotations
@@ -36,11 +37,7 @@ import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
-from verl.protocol import DataProto
-from verl.trainer.ppo.ray_trainer import apply_kl_penalty
-from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
-from verl.workers.utils.padding import response_to_nested
+from verl.trainer.ppo.v1 import trainer_base
 
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
 
@@ -110,9 +107,13 @@ def source_sha256(method: Callable[..., Any]) -> str | None:
 
 
 def advantage_route(verl_method: Callable[..., Any]) -> Route:
-    """``"inside"`` where ``verl_method`` (the ``_compute_advantage`` a trainer would call) is veRL
+    """``"inside"`` where ``verl_method`` (the ``_compute_advantage`` a trainer would call) is veRL's
+    ``PPOTrainer._compute_advantage`` itself (no override, no wrapper) and its source is veRL
     0.9.1's, whose body `weighted_advantage_pass` composes; ``"after"`` for any other."""
-    return "inside" if source_sha256(verl_method) == VERL_ADVANTAGE_SHA256 else "after"
+    own = trainer_base.PPOTrainer.__dict__["_compute_advantage"]
+    if getattr(verl_method, "__func__", verl_method) is not own:
+        return "after"
+    return "inside" if source_sha256(own) == VERL_ADVANTAGE_SHA256 else "after"
 
 
 def weighted_advantage_pass(
@@ -124,7 +125,8 @@ def weighted_advantage_pass(
     Steps as veRL numbers them (trainer_base.py:1743-1802): read ``VERL_ADVANTAGE_FIELDS`` and pad;
     1. the KL penalty in the reward (``algorithm.use_kl_in_reward``); 2. the rollout correction
     (decoupled mode, with rollout log-probs); 3. GRPO per session; then the factor on each row's
-    advantages (``returns`` stay veRL's); 4. the nested fields written back.
+    advantages (``returns`` stay veRL's); 4. the nested fields written back. Each function is taken
+    from veRL's ``trainer_base`` module at call time, where veRL's method finds it.
 
     Args:
         trainer: the V1 trainer (``config``, and ``kl_ctrl_in_reward`` when the KL is in the reward).
@@ -133,16 +135,16 @@ def weighted_advantage_pass(
         factors: (len(batch),) float, one per key in ``batch.keys`` order (`group_weight_of_keys`).
     """
     config = trainer.config
-    data = tq.kv_batch_get(
+    data = trainer_base.tq.kv_batch_get(
         keys=batch.keys, partition_id=batch.partition_id, select_fields=VERL_ADVANTAGE_FIELDS
     )
     response_mask = data["response_mask"]  # nested (R, j)
-    data = DataProto(batch=data.to_padded_tensor())
+    data = trainer_base.DataProto(batch=data.to_padded_tensor())
     data.batch["token_level_scores"] = data.batch["rm_scores"]
     data.non_tensor_batch["uid"] = np.array(data.batch.pop("uid").tolist(), dtype=object)
 
     if config.algorithm.use_kl_in_reward:
-        data, kl_metrics = apply_kl_penalty(
+        data, kl_metrics = trainer_base.apply_kl_penalty(
             data, kl_ctrl=trainer.kl_ctrl_in_reward, kl_penalty=config.algorithm.kl_penalty
         )
         metrics.update(kl_metrics)
@@ -153,10 +155,10 @@ def weighted_advantage_pass(
     bypass = rollout_corr_config and rollout_corr_config.get("bypass_mode", False)
     rollout_correction = rollout_corr_config is not None and "rollout_log_probs" in data.batch and not bypass
     if rollout_correction:
-        data, is_metrics = compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
+        data, is_metrics = trainer_base.compute_rollout_correction_and_add_to_batch(data, rollout_corr_config)
         metrics.update(is_metrics)
 
-    data = compute_advantage_for_multi_trajectories(
+    data = trainer_base.compute_advantage_for_multi_trajectories(
         data,
         batch_keys=batch.keys,
         adv_estimator=config.algorithm.adv_estimator,
@@ -176,9 +178,9 @@ def weighted_advantage_pass(
         fields.append("response_mask")
         if "rollout_is_weights" in data.batch:
             fields.append("rollout_is_weights")
-    nested = {field: response_to_nested(data.batch[field], response_mask) for field in fields}
-    output = TensorDict(nested, batch_size=len(batch))
-    return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+    nested = {field: trainer_base.response_to_nested(data.batch[field], response_mask) for field in fields}
+    output = trainer_base.TensorDict(nested, batch_size=len(batch))
+    return trainer_base.tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
 
 def weight_written_advantages(batch: KVBatchMeta, factors: np.ndarray) -> KVBatchMeta:

@@ -289,7 +289,9 @@ class CobaBudgets:
             batch = weighted_advantage_pass(self, batch, metrics, factors)
         else:
             batch = super()._compute_advantage(batch, metrics)
+            start = time.perf_counter()
             batch = weight_written_advantages(batch, factors)
+            self._plugin_time_s += time.perf_counter() - start
         start = time.perf_counter()
         groups = final_outputs(batch.keys, batch.tags)
         self._count_cost(list(batch.tags))

@@ -708,18 +708,25 @@ def grpo_advantage(scores: list[float]) -> np.ndarray:
     return ((x - x.mean()) / (x.std() + 1e-6)).double().numpy()
 
 
-@pytest.mark.parametrize("overrides", [(), DAPO], ids=["v1", "v1-dapo"])
+@pytest.mark.parametrize(
+    ("overrides", "route"),
+    [((), "inside"), (DAPO, "inside"), ((), "after")],
+    ids=["v1", "v1-dapo", "v1-after"],
+)
 def test_equal_group_weight_gives_every_trained_group_the_same_weight(
-    overrides, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+    overrides, route, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
 ):
     """coba.group_weight=equal through veRL's fit(): every trained session's advantage is veRL's
     GRPO advantage of its group times (R / G) / B_g over the trained batch (R sessions, G groups;
-    with DAPO, groups of several submissions), so each group's factors sum to the same R / G."""
+    with DAPO, groups of several submissions), so each group's factors sum to the same R / G. The
+    ``after`` case is the route a veRL other than 0.9.1 gets (veRL's pass, then the weight)."""
+    if route == "after":
+        monkeypatch.setattr("coba_verl.verl_plugin.trainer.advantage_route", lambda method: "after")
     trainer, manager = fit(
         loop_config(small_config, tmp_path / "ckpt", *overrides, "coba.group_weight=equal"),
         tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch,
     )  # fmt: skip
-    assert trainer._advantage_route == "inside"  # the factor applied within veRL's pass, one write
+    assert trainer._advantage_route == route
     if overrides:  # DAPO: a step's trained groups come from several submissions
         assert len(manager.submissions) > STEPS
     drawn = [(s["step"], index) for s in manager.submissions for index in s["index"]]  # per group
