@@ -13,7 +13,9 @@ the whole process tree twice a second, and reads veRL's own metrics from its fil
     plugin       ``coba/plugin_time_s``: allocate + session check and tracker update + end_step +
                  metrics, as a share of the same step's ``timing_s/step``; overall and per epoch
                  (veRL's ``training/epoch``), since epoch 1 without priors has nothing to allocate
-                 (uniform budgets), and with its ``coba/alloc_time_s`` (the allocation alone)
+                 (uniform budgets), and with its ``coba/alloc_time_s`` (the allocation alone) and
+                 veRL's ``timing_s/adv`` (its advantage pass; on V1 with coba.group_weight=equal's
+                 factor applied inside it)
     peak RSS     the largest sum over the process tree
 """
 
@@ -93,6 +95,7 @@ def main() -> None:
     )
     epochs = np.array([r.get("training/epoch", -1) for r in rows])
     alloc = np.array([r.get("coba/alloc_time_s", np.nan) for r in rows])
+    adv = np.array([r.get("timing_s/adv", np.nan) for r in rows])  # veRL's advantage pass (V1)
     uniform = np.array([r.get("coba/budget_min", np.nan) == r.get("coba/budget_max", np.nan) for r in rows])
     for epoch in sorted(set(epochs.tolist())):
         sel = epochs == epoch
@@ -101,7 +104,8 @@ def main() -> None:
             f"epoch {epoch + 1}: {sel.sum()} steps ({uniform[sel].sum()} with uniform budgets), plugin "
             f"median {np.nanmedian(ms):.2f} ms (min {np.nanmin(ms):.2f}, max {np.nanmax(ms):.2f}), "
             f"{np.nanmedian(pct):.2f} % of the step (max {np.nanmax(pct):.2f} %); the allocation alone "
-            f"median {np.nanmedian(alloc[sel]) * 1e3:.2f} ms"
+            f"median {np.nanmedian(alloc[sel]) * 1e3:.2f} ms; veRL's advantage pass (timing_s/adv, with "
+            f"coba.group_weight's factor on V1) median {np.nanmedian(adv[sel]) * 1e3:.2f} ms"
         )
     print(f"peak RSS of the process tree: {peak / 2**30:.2f} GiB; logs in {work}")
 
