@@ -82,23 +82,6 @@ def step_fields():
     return list_of_dict_to_tensordict(rows)
 
 
-@pytest.fixture(scope="module")
-def transfer_queue(coba_compose):
-    """A local Ray with 2 CPUs and TransferQueue from veRL's config node, one storage unit."""
-    import ray
-    import transfer_queue as tq
-
-    assert not ray.is_initialized(), "another test left Ray running"
-    config = coba_compose(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1"])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        tq.init(config.transfer_queue)
-        yield tq
-        tq.close()
-    finally:
-        ray.shutdown()
-
-
 def stand_in(coba_compose, overrides: list[str]) -> SimpleNamespace:
     """What veRL's pass reads from the trainer: the composed config and the reward's KL controller."""
     config = coba_compose(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1", *overrides])

@@ -200,23 +200,6 @@ class NoWeightSync:
         pass
 
 
-@pytest.fixture(scope="module")
-def transfer_queue(coba_compose):
-    """A local Ray with 2 CPUs and TransferQueue initialised from veRL's transfer_queue config node."""
-    import ray
-    import transfer_queue as tq
-
-    assert not ray.is_initialized(), "another test left Ray running"
-    config = coba_compose(["transfer_queue.backend.SimpleStorage.num_data_storage_units=1"])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        tq.init(config.transfer_queue)
-        yield tq
-        tq.close()
-    finally:
-        ray.shutdown()
-
-
 def clear_transfer_queue(tq) -> None:
     """Drop whatever an earlier run left in TransferQueue (fit() clears each step's keys itself)."""
     for partition_id, items in (tq.kv_list() or {}).items():
