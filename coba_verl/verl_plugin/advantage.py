@@ -40,6 +40,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import trainer_base
 
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
+from coba_verl.verl_plugin.sessions import split_key
 
 logger = logging.getLogger(__name__)
 
@@ -85,16 +86,17 @@ def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str
     factors = np.ones(len(keys), dtype=np.float64)
     if check_group_weight(group_weight) == "proportional":
         return factors
-    rows, sessions = [], []
+    rows: list[int] = []  # the batch rows that are not padding
+    row_session: list[int] = []  # each one's session, numbered in order of first appearance
+    sessions: dict[tuple[str, int], int] = {}  # (uid, session) -> its number
     for i, (key, tag) in enumerate(zip(keys, tags, strict=True)):
         if not tag.get("is_padding", False):
+            uid, session, _ = split_key(key)  # "a_0_1" -> ("a", 0, 1)
             rows.append(i)
-            sessions.append(key.rsplit("_", 1)[0])  # "a_0_1" -> "a_0"
-    if not rows:
-        return factors
-    unique, inverse = np.unique(np.asarray(sessions), return_inverse=True)  # one entry per session
-    uids = np.asarray([session.rsplit("_", 1)[0] for session in unique])  # (R,) group of each session
-    factors[rows] = rollout_weights(uids, group_weight)[inverse.reshape(-1)]
+            row_session.append(sessions.setdefault((uid, session), len(sessions)))
+    if rows:
+        uids = np.asarray([uid for uid, _ in sessions])  # (R,) the group of each session
+        factors[rows] = rollout_weights(uids, group_weight)[row_session]
     return factors
 
 

@@ -65,8 +65,9 @@ class ProgressLines:
     """A mixin for veRL's V1 trainer (before it in the bases): the step's line and the validation bar.
 
     ``_compute_metrics``        veRL's step metrics (validation's included, when this step validated),
-                                then one readable line: budget range, alpha/beta, prompt mean score,
-                                held-out when measured.
+                                then one readable line (`core.step_line`): budget range,
+                                alpha/beta, prompt mean score, tokens generated (× uniform's),
+                                rollouts and tokens trained, held-out when measured.
     ``on_validate_begin/_end``  for a validation-only run, a bar in generations over veRL's
                                 validation loader (`CountingLoader`), and veRL's loader put back after.
     """
