@@ -141,9 +141,13 @@ class CapabilityTracker:
         entry; None: the step that commits them (see the class docstring).
         """
         ids_a = _as_int_array("ids", ids)
+        vers = self._versions(versions, ids_a.size)
+        self._append(ids_a, successes, rollouts, vers)
+
+    def _append(self, ids_a: np.ndarray, successes: Any, rollouts: Any, vers: np.ndarray) -> None:
+        """`record` after its versions are read: check the counts, then keep one pending entry."""
         succ = _as_int_array("successes", successes)
         roll = _as_int_array("rollouts", rollouts)
-        vers = self._versions(versions, ids_a.size)
         if not (ids_a.shape == succ.shape == roll.shape):
             raise ValueError(
                 f"ids, successes and rollouts must have the same length, got "
@@ -268,31 +272,27 @@ class CapabilityTracker:
             np.add.at(measured, pos[hit], 1)
         return tokens, measured
 
-    def pending_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This step's recorded totals so far: (unique ids, successes, rollouts), sorted by id."""
+    def _pending_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This step's records, (ids, successes, rollouts, versions), concatenated over `record` calls."""
         if not self._pending:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
-        ids = np.concatenate([p[0] for p in self._pending])
-        succ = np.concatenate([p[1] for p in self._pending])
-        roll = np.concatenate([p[2] for p in self._pending])
-        uniq, inv = np.unique(ids, return_inverse=True)  # [7, 3, 7] -> uniq [3, 7], inv [1, 0, 1]
-        return (
-            uniq,
-            np.bincount(inv, weights=succ, minlength=uniq.size).astype(np.int64),
-            np.bincount(inv, weights=roll, minlength=uniq.size).astype(np.int64),
-        )
+            return empty, empty, empty, empty
+        ids, succ, roll, vers = (np.concatenate(column) for column in zip(*self._pending, strict=True))
+        return ids, succ, roll, vers
 
-    def _commit_failure_rates(self) -> None:
-        """Add the pending rollouts to F_v of the versions that generated them; keep the k newest.
+    def pending_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This step's recorded totals so far: (unique ids, successes, rollouts), sorted by id."""
+        return _totals_by_id(*self._pending_columns()[:3])
+
+    def _commit_failure_rates(
+        self, ids: np.ndarray, succ: np.ndarray, roll: np.ndarray, vers: np.ndarray
+    ) -> None:
+        """Add the pending rollouts (`_pending_columns`) to F_v of the versions that generated them;
+        keep the k newest.
 
         Per (version, prompt): the prompt's success rate among that version's rollouts of this
         commit; F_v's sums gain one rate per such pair.
         """
-        ids = np.concatenate([p[0] for p in self._pending])
-        succ = np.concatenate([p[1] for p in self._pending])
-        roll = np.concatenate([p[2] for p in self._pending])
-        vers = np.concatenate([p[3] for p in self._pending])
         vers = np.where(vers == _THIS_STEP, self._steps, vers)
         key = (vers - _PRIOR_VERSION) * self.num_prompts + ids  # one int per (version, prompt)
         pairs, inv = np.unique(key, return_inverse=True)
@@ -316,9 +316,10 @@ class CapabilityTracker:
         rate over all the step's rollouts; F_bar averages F_v over generating versions (class
         docstring), which is the mean of the last k F_t when every rollout is of its own step.
         """
-        ids, succ, roll = self.pending_totals()
+        columns = self._pending_columns()
+        ids, succ, roll = _totals_by_id(*columns[:3])
         if ids.size and roll.sum() > 0:
-            self._commit_failure_rates()
+            self._commit_failure_rates(*columns)
         self._pending.clear()
         keep = roll > 0
         ids, succ, roll = ids[keep], succ[keep], roll[keep]
@@ -427,8 +428,7 @@ class CapabilityTracker:
         Rollouts recorded but not yet committed by :meth:`end_step` are included too, each with its
         generating version.
         """
-        pending = [np.concatenate(part) for part in zip(*self._pending, strict=True)] if self._pending else []
-        ids, succ, roll, vers = pending or [np.zeros(0, dtype=np.int64)] * 4
+        ids, succ, roll, vers = self._pending_columns()
         fail_versions = sorted(self._fail_by_version)
         length_ids = (
             np.concatenate([p[0] for p in self._pending_lengths]) if self._pending_lengths else ids[:0]
@@ -497,14 +497,25 @@ class CapabilityTracker:
         length_ids = np.asarray(state["pending_length_ids"], dtype=np.int64)
         if length_ids.size:
             self.record_lengths(length_ids, state["pending_length_tokens"])
-        pending_ids = np.asarray(state["pending_ids"], dtype=np.int64)
+        pending_ids = _as_int_array("ids", state["pending_ids"])
         if pending_ids.size:
-            self.record(pending_ids, state["pending_successes"], state["pending_rollouts"])
-            if state_version != 2:  # the versions as recorded, `_THIS_STEP` included
-                self._pending[-1] = (
-                    *self._pending[-1][:3],
-                    np.asarray(state["pending_versions"], np.int64).copy(),
-                )
+            if state_version == 2:  # no versions: every record is of the step that commits it
+                versions = self._versions(None, pending_ids.size)
+            else:  # the versions as recorded, `_THIS_STEP` included
+                versions = np.asarray(state["pending_versions"], np.int64).copy()
+            self._append(pending_ids, state["pending_successes"], state["pending_rollouts"], versions)
+
+
+def _totals_by_id(
+    ids: np.ndarray, succ: np.ndarray, roll: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unique ids, successes, rollouts) summed per id, sorted by id: [7, 3, 7] -> ids [3, 7]."""
+    uniq, inv = np.unique(ids, return_inverse=True)  # [7, 3, 7] -> uniq [3, 7], inv [1, 0, 1]
+    return (
+        uniq,
+        np.bincount(inv, weights=succ, minlength=uniq.size).astype(np.int64),
+        np.bincount(inv, weights=roll, minlength=uniq.size).astype(np.int64),
+    )
 
 
 def _failure_rates_of_ring(ring: np.ndarray, steps: int) -> dict[int, tuple[float, int]]:
