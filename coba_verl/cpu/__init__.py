@@ -20,3 +20,6 @@ the rollout's KV-cache decode loop is `coba_verl.decoding`'s.
 PLATFORM_NAME = "cpu"
 #: The rollout name (``actor_rollout_ref.rollout.name``).
 ROLLOUT_NAME = "hf"
+#: The checkpoint engine that sends ``separate_async``'s weights (`checkpoint_engine`), named here
+#: so that the launcher reads it without importing veRL before the platform is set.
+CHECKPOINT_ENGINE_BACKEND = "ray_object_store"

@@ -35,10 +35,11 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from coba_verl.cpu import CHECKPOINT_ENGINE_BACKEND
 from coba_verl.refusal import CobaTypeRefusal
 
 #: the backend name veRL's config selects it by
-BACKEND = "ray_object_store"
+BACKEND = CHECKPOINT_ENGINE_BACKEND
 #: the named Ray actor through which each sync's object reference reaches the rollout workers
 MAILBOX_NAME = "coba_verl_weights_mailbox"
 

@@ -18,6 +18,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from coba_verl.cpu import CHECKPOINT_ENGINE_BACKEND as BACKEND
 from coba_verl.cpu import PLATFORM_NAME
 from coba_verl.refusal import CobaRefusal
 
@@ -77,11 +78,12 @@ def cpu_environment() -> dict[str, str]:
 CPUS_PER_SLOT = 3
 
 
-def logical_cpus(ray_num_cpus: int, slots: int) -> int:
+def logical_cpus(ray_num_cpus: int, slots: int, rollout_slots: int = 0) -> int:
     """Ray's logical CPUs for ``slots`` trainer slots: ``coba_cpu.ray_num_cpus`` sized for one slot,
-    plus `CPUS_PER_SLOT` for each further one. Without them, 8 slots ask for 24 CPUs of a 16-CPU
-    Ray and veRL waits for the placement group forever."""
-    return ray_num_cpus + CPUS_PER_SLOT * max(slots - 1, 0)
+    plus `CPUS_PER_SLOT` for each further one, plus `CPUS_PER_ROLLOUT_SLOT` for each slot of a
+    standalone rollout pool (`standalone_rollout_slots`). Without them, 8 slots ask for 24 CPUs of
+    a 16-CPU Ray and veRL waits for the placement group forever."""
+    return ray_num_cpus + CPUS_PER_SLOT * max(slots - 1, 0) + CPUS_PER_ROLLOUT_SLOT * rollout_slots
 
 
 #: workers prestarted for the first driver (Ray starts one per logical CPU, i.e. ray_num_cpus of
@@ -104,8 +106,6 @@ def standalone_rollout_slots(config: DictConfig) -> int:
     Raises:
         CobaRefusal: another engine (veRL's need accelerators), or a pool without a slot.
     """
-    from coba_verl.cpu.checkpoint_engine import BACKEND
-
     if not config.trainer.use_v1 or OmegaConf.select(config, "trainer.v1.trainer_mode") != "separate_async":
         return 0
     rollout = config.actor_rollout_ref.rollout
@@ -171,7 +171,7 @@ def prepare_cpu_run(config: DictConfig) -> None:
         ray_init = config.ray_kwargs.ray_init
         ray_init.num_cpus = max(
             int(ray_init.num_cpus or 0),
-            logical_cpus(int(config.coba_cpu.ray_num_cpus), slots) + CPUS_PER_ROLLOUT_SLOT * rollout_slots,
+            logical_cpus(int(config.coba_cpu.ray_num_cpus), slots, rollout_slots),
         )
         ray_init.num_gpus = slots + rollout_slots
         env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}

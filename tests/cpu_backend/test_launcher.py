@@ -67,6 +67,25 @@ def test_separate_async_on_cpu_refuses_a_gpu_engine_or_an_empty_pool_by_name(ove
         launcher.standalone_rollout_slots(tiny_config(*SEPARATE_ASYNC, *overrides))
 
 
+def test_reading_the_rollout_pool_imports_no_veRL_before_the_platform_is_set():
+    """The launcher runs before the CPU platform's environment is set: importing veRL there would
+    let its modules compute device names for a platform auto-detected on this machine."""
+    script = (
+        "import sys\n"
+        "from omegaconf import OmegaConf\n"
+        "from coba_verl.cpu.launcher import standalone_rollout_slots\n"
+        "config = {'trainer': {'use_v1': True, 'v1': {'trainer_mode': 'separate_async'}},\n"
+        "          'actor_rollout_ref': {'rollout': {'nnodes': 1, 'n_gpus_per_node': 1,\n"
+        "                                            'checkpoint_engine': {'backend': 'naive'}}}}\n"
+        "assert standalone_rollout_slots(OmegaConf.create(config)) == 1\n"
+        "print(sorted(m for m in ('verl', 'torch', 'ray') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch):
     monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
     import verl.plugin.platform.platform_manager as platform_manager
