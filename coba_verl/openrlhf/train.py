@@ -90,7 +90,7 @@ class _StandIns:
     def __init__(self, coba: CobaConfig, id_key: str, hierarchize: Any, trainer: Any) -> None:
         self.coba, self.id_key = coba, id_key
         self._hierarchize, self._trainer = hierarchize, trainer
-        self.parsed = self.built = False
+        self.built = False
 
     def hierarchize(self, flat: Any) -> Any:
         args = self._hierarchize(flat)
@@ -99,11 +99,10 @@ class _StandIns:
         if config["prior_file"] is not None:  # Ray's actors need not share the launcher's directory
             config["prior_file"] = str(Path(config["prior_file"]).expanduser().resolve())
         args.coba = {"config": config, "id_key": self.id_key}
-        self.parsed = True
         return args
 
     def remote(self, pretrain: Any, strategy: Any, *args: Any, **kwargs: Any) -> Any:
-        if not self.parsed or not hasattr(strategy.args, "coba"):
+        if not hasattr(strategy.args, "coba"):  # set by `hierarchize` alone
             raise openrlhf_mismatch(
                 "its train_ppo_ray built the trainer from arguments that did not pass "
                 "openrlhf.utils.config.hierarchize, so coba-verl's checks and settings never reached them"

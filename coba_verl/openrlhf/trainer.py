@@ -32,6 +32,7 @@ from openrlhf.utils.logging_utils import init_logger
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.core.metrics import step_metrics
 from coba_verl.framework_api import actor_python_class
+from coba_verl.openrlhf.checks import COBA_FLAG_PREFIX
 from coba_verl.openrlhf.generator import CobaSamplesGenerator, IdentifiedPrompt
 from coba_verl.openrlhf.groups import CobaExperienceMaker
 from coba_verl.records.priors import seed_from_table
@@ -145,7 +146,7 @@ class CobaPPOTrainerClass(_UpstreamPPOTrainer):
         cfg = self.coba_config  # priors before any checkpoint: a resume's tracker replaces them
         seed_from_table(
             self.allocator.tracker, id_map, cfg.prior_field, cfg.prior_file, cfg.prior_weight, rows,
-            coba["id_key"], "--coba.",
+            coba["id_key"], COBA_FLAG_PREFIX,
         )  # fmt: skip
         self.samples_generator = CobaSamplesGenerator(
             strategy=strategy,
