@@ -72,30 +72,32 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return transformers_tokenizer()
 
 
+def cpu_grpo_config(output_dir: Path, **overrides: Any) -> GRPOConfig:
+    """GRPOConfig for a CPU run over the four prompts: one round of 4 x G rows per step, 3 steps,
+    no checkpoints, unless ``overrides`` say otherwise (the two-process scripts use it too)."""
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        per_device_train_batch_size=len(PROMPTS) * G,
+        num_generations=G,
+        max_completion_length=8,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
 @pytest.fixture
 def grpo_config(tmp_path) -> Callable[..., GRPOConfig]:
-    """GRPOConfig for a CPU run over the four prompts: one round of 4 x G rows per step."""
-
-    def make(**overrides: Any) -> GRPOConfig:
-        kwargs: dict[str, Any] = dict(
-            output_dir=str(tmp_path / "out"),
-            use_cpu=True,
-            bf16=False,
-            seed=0,
-            per_device_train_batch_size=len(PROMPTS) * G,
-            num_generations=G,
-            max_completion_length=8,
-            max_steps=3,
-            learning_rate=1e-3,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            disable_tqdm=True,
-        )
-        kwargs.update(overrides)
-        return GRPOConfig(**kwargs)
-
-    return make
+    """`cpu_grpo_config` in the test's folder."""
+    return lambda **overrides: cpu_grpo_config(**{"output_dir": tmp_path / "out", **overrides})
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import PROMPTS, TINY, G, four_prompts, mixed_reward
-from trl import GRPOConfig
+from conftest import PROMPTS, TINY, G, cpu_grpo_config, four_prompts, mixed_reward
 
 from coba_verl.arithmetic.model import build_model_for
 from coba_verl.arithmetic.tokenizer import transformers_tokenizer
@@ -51,20 +50,8 @@ def as_dict(ids: np.ndarray, budgets: np.ndarray) -> dict[int, int]:
 
 def main(out_dir: Path) -> None:
     tokenizer = transformers_tokenizer()
-    config = GRPOConfig(
-        output_dir=str(out_dir / "trainer"),
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        per_device_train_batch_size=len(PROMPTS) * G // 2,
-        num_generations=G,
-        max_completion_length=8,
-        max_steps=FAILING_ROUND,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
+    config = cpu_grpo_config(
+        out_dir / "trainer", per_device_train_batch_size=len(PROMPTS) * G // 2, max_steps=FAILING_ROUND
     )
     trainer = CobaGRPOTrainer(
         model=build_model_for(tokenizer, TINY, seed=0),

@@ -29,8 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from conftest import PROMPTS, TINY, G, four_prompts, install_fake_vllm, mixed_reward, weights_digest
-from trl import GRPOConfig
+from conftest import (
+    PROMPTS,
+    TINY,
+    G,
+    cpu_grpo_config,
+    four_prompts,
+    install_fake_vllm,
+    mixed_reward,
+    weights_digest,
+)
 
 from coba_verl.arithmetic.model import build_model_for
 from coba_verl.arithmetic.tokenizer import transformers_tokenizer
@@ -54,21 +62,12 @@ def cpu_map_location(load: Any) -> Any:
 
 def run(out_dir: Path, mode: str, engines: list, name: str, resume_from: str | None = None) -> dict[str, Any]:
     tokenizer = transformers_tokenizer()
-    config = GRPOConfig(
-        output_dir=str(out_dir / name),
-        use_cpu=True,
-        bf16=False,
-        seed=0,
+    config = cpu_grpo_config(
+        out_dir / name,
         per_device_train_batch_size=len(PROMPTS) * G // 2,
-        num_generations=G,
-        max_completion_length=8,
         max_steps=MAX_STEPS,
-        learning_rate=1e-3,
-        logging_steps=1,
         save_strategy="steps",
         save_steps=CHECKPOINT,
-        report_to="none",
-        disable_tqdm=True,
         use_vllm=True,
         vllm_mode=mode,
     )
