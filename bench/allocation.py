@@ -69,8 +69,10 @@ def main() -> None:
     for name in ("dp", "heap", "fast"):
         t = np.array([r[name] for r in rows])
         x = np.array([r[name] / r["fast"] for r in rows])
-        print(f"{name:<10}{np.median(t) * 1e3:>10.3f}ms ({t.min() * 1e3:.3g}-{t.max() * 1e3:.3g})"
-              f"{np.median(x):>12.0f}x ({x.min():.0f}-{x.max():.0f})")
+        print(
+            f"{name:<10}{np.median(t) * 1e3:>10.3f}ms ({t.min() * 1e3:.3g}-{t.max() * 1e3:.3g})"
+            f"{np.median(x):>12.0f}x ({x.min():.0f}-{x.max():.0f})"
+        )
     agree = all(r["agree"] for r in rows)
     same = all(r["same"] for r in rows)
     print(f"same objective (dp, heap, fast) on every batch: {agree}; heap == fast budgets: {same}\n")

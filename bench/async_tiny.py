@@ -26,16 +26,11 @@ and a step's time includes the 2 cores' generation running beside the update.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+from tiny_runs import mean_held_out, print_side_by_side, run_seeded
 
-REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = ("uniform", "coba")
 #: what each mode needs on the tiny recipe (M = 16 = parameter_sync_step x ppo_mini_batch_size 8)
 MODE_OVERRIDES = {
@@ -50,35 +45,22 @@ MODE_OVERRIDES = {
 
 def run(data: Path, strategy: str, seed: int, steps: int, mode: str, overrides: list[str]) -> list[dict]:
     """One run of the tiny recipe in ``mode``; veRL's per-step metrics (with the final validation)."""
-    work = Path(tempfile.mkdtemp(prefix=f"{mode}_{strategy}_{seed}_"))
-    log = work / "metrics.jsonl"
-    command = [
-        sys.executable, "-m", "coba_verl.main",
-        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
-        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
-        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
-        f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
-        f"trainer.v1.trainer_mode={mode}", *MODE_OVERRIDES[mode], f"trainer.total_training_steps={steps}",
-        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
-        "trainer.val_before_train=false", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
+    rows, _ = run_seeded(
+        data,
+        strategy,
+        seed,
+        steps,
+        mode,
+        f"trainer.v1.trainer_mode={mode}",
+        *MODE_OVERRIDES[mode],
         *overrides,
-    ]  # fmt: skip
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
-    with open(work / "stdout.log", "w") as out:
-        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
-    return [json.loads(line)["data"] for line in log.read_text().splitlines()]
+    )
+    return rows
 
 
 def summary(rows_by_seed: list[list[dict]]) -> dict[str, float]:
     """The module docstring's figures for one strategy."""
     steps = [row for rows in rows_by_seed for row in rows if "timing_s/step" in row]
-    finals = [
-        next((v for k, v in row.items() if k.startswith("val-core/") and "/acc/mean@" in k), np.nan)
-        for rows in rows_by_seed
-        for row in rows[-1:]
-    ]
     stale = sum(v for row in steps for k, v in row.items() if k.endswith("/off_policy/evicted_samples"))
     trained_groups = sum(row["coba/trained_groups"] for row in steps)
     return {
@@ -94,7 +76,7 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float]:
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
         "stale share": stale / max(trained_groups, 1),
         "behind": float(np.mean([row["coba/versions_behind_mean"] for row in steps])),
-        "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
+        "held-out": mean_held_out(rows_by_seed),
     }
 
 
@@ -117,14 +99,7 @@ def main() -> None:
             results[strategy].append(run(data, strategy, seed, args.steps, args.mode, args.overrides))
     table = {strategy: summary(rows) for strategy, rows in results.items()}
     print(f"{args.mode}, tiny recipe, seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}")
-    print(f"{'':16}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
-    for key in table["uniform"]:
-        u, c = table["uniform"][key], table["coba"][key]
-        if isinstance(u, tuple):
-            print(f"{key:16}{str(u):>14}{str(c):>14}")
-            continue
-        ratio = c / u if u else float("nan")
-        print(f"{key:16}{u:>14.3f}{c:>14.3f}{ratio:>14.3f}")
+    print_side_by_side(table, 16)
 
 
 if __name__ == "__main__":

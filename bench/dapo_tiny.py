@@ -43,16 +43,13 @@ after printing the tables.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import yaml
 from scipy import stats
+from tiny_runs import mean_held_out, print_side_by_side, read_log, run_seeded
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/tiny_cpu/config/tiny.yaml"
@@ -78,41 +75,12 @@ def batch_rollouts(overrides: list[str]) -> int:
 
 def run(data: Path, strategy: str, seed: int, steps: int, overrides: list[str]) -> tuple[list[dict], Path]:
     """One DAPO run of the tiny recipe; veRL's per-step metrics (the last with the final validation)."""
-    work = Path(tempfile.mkdtemp(prefix=f"dapo_{strategy}_{seed}_"))
-    log = work / "metrics.jsonl"
-    command = [
-        sys.executable, "-m", "coba_verl.main",
-        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
-        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
-        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
-        f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", *DAPO,
-        f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000",
-        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
-        "trainer.val_before_train=false", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
-        *overrides,
-    ]  # fmt: skip
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log), "TOKENIZERS_PARALLELISM": "false"}
-    with open(work / "stdout.log", "w") as out:
-        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
-    return read_log(work), work
-
-
-def read_log(work: Path) -> list[dict]:
-    """veRL's file-logger rows of the run in ``work``."""
-    return [json.loads(line)["data"] for line in (work / "metrics.jsonl").read_text().splitlines()]
+    return run_seeded(data, strategy, seed, steps, "dapo", *DAPO, "trainer.total_epochs=1000", *overrides)
 
 
 def training_steps(rows: list[dict]) -> list[dict]:
     """The rows of training steps (each has ``timing_s/step``)."""
     return [row for row in rows if "timing_s/step" in row]
-
-
-def held_out(rows: list[dict]) -> float:
-    """``val-core/.../acc/mean@k`` of the last logged row (the final validation), NaN if absent."""
-    last = rows[-1] if rows else {}
-    return next((v for k, v in last.items() if k.startswith("val-core/") and "/acc/mean@" in k), np.nan)
 
 
 def per_trained(steps: list[dict], key: str) -> float:
@@ -124,7 +92,6 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
     """The module docstring's pooled figures for one strategy."""
     steps = [row for rows in rows_by_seed for row in training_steps(rows)]
     trained = [row["coba/trained_rollouts"] for row in steps]
-    finals = [held_out(rows) for rows in rows_by_seed]
     return {
         "trained/step": float(np.mean(trained)),
         "trained min-max": (int(min(trained)), int(max(trained))),
@@ -146,23 +113,7 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
         "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
         "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
-        "held-out": float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan"),
-    }
-
-
-def per_seed(rows: list[dict]) -> dict[str, float]:
-    """One run's figures that are compared seed by seed."""
-    steps = training_steps(rows)
-    return {
-        "gen/trained": per_trained(steps, "coba/rollouts_generated"),
-        "tok gen/trained": per_trained(steps, "coba/tokens_generated"),
-        "evicted B": float(
-            np.mean([r["coba/evicted_budget_mean"] for r in steps if "coba/evicted_budget_mean" in r])
-        ),
-        "step s": float(np.median([row["timing_s/step"] for row in steps])),
-        "gen s": float(np.median([row["timing_s/gen"] for row in steps])),
-        "update s": float(np.median([row["timing_s/update_actor"] for row in steps])),
-        "held-out": held_out(rows),
+        "held-out": mean_held_out(rows_by_seed),
     }
 
 
@@ -210,17 +161,10 @@ def main() -> None:
         f"\nV1 sync + DAPO (filter_groups.metric=reward), tiny recipe, M x n = {target}, "
         f"seeds {args.seeds}, {args.steps} steps, overrides {args.overrides}"
     )
-    print(f"{'':18}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
-    for key in table["uniform"]:
-        u, c = table["uniform"][key], table["coba"][key]
-        if isinstance(u, tuple):
-            print(f"{key:18}{str(u):>14}{str(c):>14}")
-            continue
-        ratio = c / u if u else float("nan")
-        print(f"{key:18}{u:>14.3f}{c:>14.3f}{ratio:>14.3f}")
+    print_side_by_side(table, 18)
 
     print("\nper seed (coba / uniform; held-out uniform, coba)")
-    seeds = {s: [per_seed(rows) for rows in results[s]] for s in STRATEGIES}
+    seeds = {s: [summary([rows]) for rows in results[s]] for s in STRATEGIES}
     ratios: dict[str, list[float]] = {key: [] for key in ("gen/trained", "tok gen/trained", "step s")}
     for i, seed in enumerate(args.seeds):
         u, c = seeds["uniform"][i], seeds["coba"][i]

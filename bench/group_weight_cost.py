@@ -52,9 +52,6 @@ AFTER_TQ = "after route, its extra read and write (TransferQueue)"
 INSIDE_SHARE = "inside route's extra, share of veRL's pass (median over pairs)"
 INSIDE_SHARE_RANGE = "inside route's extra, least and most over pairs"
 
-#: Fields veRL's ``_compute_advantage`` reads that exist in a GRPO run (``values`` does not).
-VERL_FIELDS = ("response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob")
-
 
 def step_rollouts(
     m: int, n: int, low: int, high: int, seed: int
@@ -126,13 +123,16 @@ def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
     from verl.workers.utils.padding import response_to_nested
 
-    from coba_verl.verl_plugin.advantage import group_weight_of_keys, scale_rows
+    from coba_verl.verl_plugin.advantage import VERL_ADVANTAGE_FIELDS, group_weight_of_keys, scale_rows
+
+    # the fields veRL's pass pads: those it reads but the uid (not a tensor) and values (no critic in GRPO)
+    padded_fields = [field for field in VERL_ADVANTAGE_FIELDS if field not in ("uid", "values")]
 
     uids = np.asarray([key.split("_", 1)[0] for key in keys], dtype=object)
     mask_nested = fields["response_mask"]
 
     def verl_pass():
-        data = DataProto(batch=fields.select(*VERL_FIELDS).to_padded_tensor())
+        data = DataProto(batch=fields.select(*padded_fields).to_padded_tensor())
         data.batch["token_level_scores"] = data.batch["rm_scores"]
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
         data.non_tensor_batch["uid"] = uids

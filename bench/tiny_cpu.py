@@ -22,8 +22,6 @@ the whole process tree twice a second, and reads veRL's own metrics from its fil
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -32,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
-REPO = Path(__file__).resolve().parents[1]
+from tiny_runs import logger_env, read_log, recipe_command
 
 
 def tree_rss(root: psutil.Process) -> int:
@@ -59,17 +56,10 @@ def main() -> None:
     args = parser.parse_args()
     data = Path(args.data_dir).expanduser()
     work = Path(tempfile.mkdtemp(prefix="tiny_cpu_bench_"))
-    log = work / "metrics.jsonl"
-    command = [
-        sys.executable, "-m", "coba_verl.main",
-        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
-        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
-        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={args.strategy}",
-        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
-        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
-        *args.overrides,
-    ]  # fmt: skip
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log)}
+    command = recipe_command(
+        data, work, args.strategy, "trainer.test_freq=-1", "trainer.save_freq=-1", *args.overrides
+    )
+    env = logger_env(work)
     start = time.perf_counter()
     with open(work / "stdout.log", "w") as out:
         child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -81,8 +71,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     if child.returncode != 0:
         sys.exit(f"training failed (exit {child.returncode}); see {work / 'stdout.log'}")
-    rows = [json.loads(line)["data"] for line in log.read_text().splitlines()]
-    rows = [r for r in rows if "timing_s/step" in r]
+    rows = [r for r in read_log(work) if "timing_s/step" in r]
     step = np.array([r["timing_s/step"] for r in rows])
     plugin = np.array([r.get("coba/plugin_time_s", np.nan) for r in rows])
     share = plugin / step

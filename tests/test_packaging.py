@@ -280,7 +280,7 @@ def test_the_veRL_extras_bring_no_trl() -> None:
 
 
 def test_the_test_suite_and_bench_import_only_what_their_installs_bring() -> None:
-    local = {p.stem for p in (ROOT / "tests").rglob("*.py")}
+    local = {p.stem for folder in ("tests", "bench") for p in (ROOT / folder).rglob("*.py")}  # own modules
     for folder, extras in SCRIPT_EXTRAS.items():
         missing = [e for e in ("trl", "openrlhf") if e in extras and e not in _distributions()]
         if not (ROOT / folder).is_dir() or missing:

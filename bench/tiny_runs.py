@@ -1,0 +1,88 @@
+"""What the tiny-recipe benches share (``tiny_cpu.py``, ``async_tiny.py``, ``dapo_tiny.py``): the
+launch of ``recipes/tiny_cpu`` on prepared data, veRL's logged rows, the held-out score, and a
+uniform-against-CoBA table.
+
+The data come from ``python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def recipe_command(data: Path, work: Path, strategy: str, *overrides: str) -> list[str]:
+    """``python -m coba_verl.main`` on the tiny recipe with ``data``'s files and model, its checkpoints
+    in ``work``, veRL's metrics to the console and the file logger, no validation before training,
+    then ``overrides`` (later ones win)."""
+    return [
+        sys.executable, "-m", "coba_verl.main",
+        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
+        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
+        f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
+        "trainer.val_before_train=false", *overrides,
+    ]  # fmt: skip
+
+
+def logger_env(work: Path) -> dict[str, str]:
+    """The environment that sends veRL's file logger to ``work / metrics.jsonl``."""
+    return {**os.environ, "VERL_FILE_LOGGER_PATH": str(work / "metrics.jsonl")}
+
+
+def read_log(work: Path) -> list[dict]:
+    """veRL's file-logger rows of the run in ``work``."""
+    return [json.loads(line)["data"] for line in (work / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_seeded(
+    data: Path, strategy: str, seed: int, steps: int, prefix: str, *overrides: str
+) -> tuple[list[dict], Path]:
+    """One run of ``steps`` steps with ``seed`` as the data and rollout seed, validated after the
+    last step; veRL's logged rows (the last with the final validation) and the run's folder."""
+    work = Path(tempfile.mkdtemp(prefix=f"{prefix}_{strategy}_{seed}_"))
+    command = recipe_command(
+        data, work, strategy,
+        f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
+        f"trainer.total_training_steps={steps}", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
+        *overrides,
+    )  # fmt: skip
+    env = {**logger_env(work), "TOKENIZERS_PARALLELISM": "false"}
+    with open(work / "stdout.log", "w") as out:
+        done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
+    return read_log(work), work
+
+
+def held_out(rows: list[dict]) -> float:
+    """``val-core/.../acc/mean@k`` of the last logged row (the final validation), NaN if absent."""
+    last = rows[-1] if rows else {}
+    return next((v for k, v in last.items() if k.startswith("val-core/") and "/acc/mean@" in k), np.nan)
+
+
+def mean_held_out(rows_by_seed: list[list[dict]]) -> float:
+    """`held_out` averaged over seeds, NaN where no seed has one."""
+    finals = [held_out(rows) for rows in rows_by_seed]
+    return float(np.nanmean(finals)) if not np.all(np.isnan(finals)) else float("nan")
+
+
+def print_side_by_side(table: dict[str, dict], width: int) -> None:
+    """Each figure of ``table["uniform"]`` beside ``table["coba"]`` and their ratio (a pair such as
+    a min-max range is printed without one)."""
+    print(f"{'':{width}}{'uniform':>14}{'coba':>14}{'coba/uniform':>14}")
+    for key in table["uniform"]:
+        u, c = table["uniform"][key], table["coba"][key]
+        if isinstance(u, tuple):
+            print(f"{key:{width}}{str(u):>14}{str(c):>14}")
+            continue
+        ratio = c / u if u else float("nan")
+        print(f"{key:{width}}{u:>14.3f}{c:>14.3f}{ratio:>14.3f}")
