@@ -370,15 +370,31 @@ def _pad_right(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
 
 
+@dataclass
+class _WaveTensors:
+    """A wave's rollouts as the update needs them (`Wave.payload`); tensors on the model's device."""
+
+    rollout_ids: np.ndarray  # (R,) stable prompt id of each rollout
+    rows: np.ndarray  # (R,) position of each rollout's prompt in the wave's ``ids``
+    prompt_ids: torch.Tensor  # (R, P) the rollouts' prompts, common left padding trimmed
+    prompt_mask: torch.Tensor  # (R, P)
+    resp: torch.Tensor  # (R, T) sampled response tokens
+    rmask: torch.Tensor  # (R, T)
+
+
 def _generate_wave(
     model: Qwen2ForCausalLM, ctx: SeedContext, ids: np.ndarray, budgets: np.ndarray, gen: torch.Generator
 ) -> Wave:
-    """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the token tensors as payload."""
-    rollout_ids = ids[np.repeat(np.arange(ids.size), budgets)]  # (R,)
-    _, _, resp, rmask = _generate(model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen)
+    """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the `_WaveTensors` as payload."""
+    rows = np.repeat(np.arange(ids.size), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
+    rollout_ids = ids[rows]  # (R,)
+    p_ids, p_mask, resp, rmask = _generate(
+        model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen
+    )
     scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in rollout_ids])
     lengths = rmask.sum(-1).cpu().numpy().astype(np.float64)  # (R,) response tokens, <eos> included
-    return Wave(scores=scores, lengths=lengths, payload=(rollout_ids, resp, rmask))
+    payload = _WaveTensors(rollout_ids, rows, p_ids, p_mask, resp, rmask)
+    return Wave(scores=scores, lengths=lengths, payload=payload)
 
 
 def _dapo_rollouts(
@@ -396,13 +412,12 @@ def _dapo_rollouts(
     batch = None
     if step.trained:
         device = next(model.parameters()).device
-        width = max(int(step.waves[w].payload[2][rows].sum(-1).max()) for w, rows, _ in step.trained)
+        tensors = [(step.waves[w].payload, rows) for w, rows, _ in step.trained]
+        width = max(int(t.rmask[rows].sum(-1).max()) for t, rows in tensors)
         pad = ctx.tok.token_to_id(PAD)
-        rollout_ids = np.concatenate([step.waves[w].payload[0][rows] for w, rows, _ in step.trained])
-        resp = torch.cat([_pad_right(step.waves[w].payload[1][rows][:, :width], width, pad)
-                          for w, rows, _ in step.trained])  # fmt: skip
-        rmask = torch.cat([_pad_right(step.waves[w].payload[2][rows][:, :width], width, 0)
-                           for w, rows, _ in step.trained])  # fmt: skip
+        rollout_ids = np.concatenate([t.rollout_ids[rows] for t, rows in tensors])
+        resp = torch.cat([_pad_right(t.resp[rows][:, :width], width, pad) for t, rows in tensors])
+        rmask = torch.cat([_pad_right(t.rmask[rows][:, :width], width, 0) for t, rows in tensors])
         index = np.concatenate([np.full(rows.size, k, np.int64) for _, rows, k in step.trained])
         scores = np.concatenate([step.waves[w].scores[rows] for w, rows, _ in step.trained])
         p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
@@ -503,18 +518,15 @@ def train_run(
             t_alloc = time.perf_counter() - t0
             budgets = res.budgets  # (M,) int64, sum == total (rollout budget) or tokens within C
             wave = _generate_wave(model, ctx, ids, budgets, gen)
-            rollout_ids, resp, rmask = wave.payload
-            rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
             t_gen = time.perf_counter() - t0 - t_alloc
+            wt: _WaveTensors = wave.payload
             t1 = time.perf_counter()
-            allocator.observe(rollout_ids, wave.scores, wave.lengths)
+            allocator.observe(wt.rollout_ids, wave.scores, wave.lengths)
             t_plugin = t_alloc + time.perf_counter() - t1
-            p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
-            device = next(model.parameters()).device
             out = _StepRollouts(
-                batch=RolloutBatch(p_ids.to(device), p_mask.to(device), resp, rmask, wave.scores, rows),
+                batch=RolloutBatch(wt.prompt_ids, wt.prompt_mask, wt.resp, wt.rmask, wave.scores, wt.rows),
                 budgets=np.asarray(budgets, np.int64),
-                prompt_rates=np.bincount(rows, weights=wave.scores, minlength=m) / budgets,
+                prompt_rates=np.bincount(wt.rows, weights=wave.scores, minlength=m) / budgets,
                 scores=wave.scores,
                 generated_tokens=int(wave.lengths.sum()),
                 trained_tokens=int(wave.lengths.sum()),
