@@ -36,8 +36,8 @@ import transformers
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from coba_verl.arithmetic.model import ModelSpec, build_model, sample
-from coba_verl.arithmetic.outcomes import sample_scores, trim_padding
+from coba_verl.arithmetic.model import ModelSpec, build_model
+from coba_verl.arithmetic.outcomes import sample_responses, sample_scores, trim_padding
 from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
@@ -243,26 +243,6 @@ def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
     return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
 
 
-def _generate(
-    model: Qwen2ForCausalLM, ctx: SeedContext, ids: torch.Tensor, mask: torch.Tensor, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample one completion per row; every returned tensor is on the model's device."""
-    device = next(model.parameters()).device
-    ids, mask = trim_padding(ids, mask)
-    ids, mask = ids.to(device), mask.to(device)
-    resp, rmask = sample(
-        model,
-        ids,
-        mask,
-        max_new_tokens=ctx.max_new_tokens,
-        eos_id=ctx.tok.token_to_id(EOS),
-        pad_id=ctx.tok.token_to_id(PAD),
-        generator=gen,
-        temperature=1.0,
-    )
-    return ids, mask, resp, rmask
-
-
 def _sample_scores(
     model: Qwen2ForCausalLM,
     ctx: SeedContext,
@@ -388,9 +368,10 @@ def _generate_wave(
     """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the `_WaveTensors` as payload."""
     rows = np.repeat(np.arange(ids.size), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
     rollout_ids = ids[rows]  # (R,)
-    p_ids, p_mask, resp, rmask = _generate(
-        model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen
-    )
+    p_ids, p_mask, resp, rmask = sample_responses(
+        model, ctx.tok, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen,
+        max_new_tokens=ctx.max_new_tokens,
+    )  # fmt: skip
     scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in rollout_ids])
     lengths = rmask.sum(-1).cpu().numpy().astype(np.float64)  # (R,) response tokens, <eos> included
     payload = _WaveTensors(rollout_ids, rows, p_ids, p_mask, resp, rmask)
