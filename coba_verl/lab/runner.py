@@ -513,6 +513,9 @@ def train_run(
                 trained_tokens=int(wave.lengths.sum()),
                 costs=dict.fromkeys(NO_REFILL, 0) | {"submissions": 1, "rounds": 1},
             )
+        # Without DAPO `allocate` returned it; with DAPO the step's first `stream.take(M)`, M >= 1,
+        # allocated a round at the latest in step 1 (`PromptStream.last_allocation` is never reset).
+        assert res is not None
         t1 = time.perf_counter()
         allocator.end_step()
         t_plugin += time.perf_counter() - t1
@@ -552,14 +555,14 @@ def train_run(
             "all_pass_share": float(np.mean(per_prompt == 1)),
             "all_fail_share": float(np.mean(per_prompt == 0)),
             "pass_hist": pass_histogram(per_prompt),
-            "alpha": res.alpha if res is not None else float("nan"),  # the Beta that shaped the budgets
-            "beta": res.beta if res is not None else float("nan"),
-            "alloc_strategy": res.strategy if res is not None else "",
-            "tau": res.tau if res is not None else float("nan"),
+            "alpha": res.alpha,  # the Beta that shaped the budgets
+            "beta": res.beta,
+            "alloc_strategy": res.strategy,
+            "tau": res.tau,
             "budget_min": int(budgets.min()),
             "budget_max": int(budgets.max()),
             "budget_std": float(budgets.std()),
-            "unseen_prompts": int(np.isnan(res.pass_rates).sum()) if res is not None else 0,
+            "unseen_prompts": int(np.isnan(res.pass_rates).sum()),
             "pg_loss": upd.get("actor/pg_loss", float("nan")),
             "pg_clipfrac": upd.get("actor/pg_clipfrac", float("nan")),
             "ppo_kl": upd.get("actor/ppo_kl", float("nan")),
@@ -571,7 +574,7 @@ def train_run(
             "step_s": time.perf_counter() - t0,
             "eval_acc": float("nan"),
         }
-        if snapshot is not None and step in snaps and res is not None:
+        if snapshot is not None and step in snaps:
             snapshot(
                 {**base, "step": step, "pass_rates": res.pass_rates.tolist(), "budgets": res.budgets.tolist()}
             )
