@@ -243,27 +243,13 @@ def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
     return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
 
 
-def _sample_scores(
-    model: Qwen2ForCausalLM,
-    ctx: SeedContext,
-    split: Split,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    k: int,
-    gen: torch.Generator,
-    chunk: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """k samples at temperature 1 of every prompt of ``split`` (``ids``/``mask`` its encoding), in
-    chunks of ``chunk`` rows drawn from ``gen`` (`coba_verl.arithmetic.outcomes.sample_scores`)."""
-    return sample_scores(
-        model, ctx.tok, ids, mask, split.answers, k, gen, max_new_tokens=ctx.max_new_tokens, chunk=chunk
-    )
-
-
 def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
     """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
     gen = _generator(model, 1_000_003 * (ctx.seed + 1))
-    rows, scores = _sample_scores(model, ctx, ctx.eval, ctx.eval_ids, ctx.eval_mask, k, gen, chunk)
+    rows, scores = sample_scores(
+        model, ctx.tok, ctx.eval_ids, ctx.eval_mask, ctx.eval.answers, k, gen,
+        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
+    )  # fmt: skip
     rates = np.bincount(rows, weights=scores, minlength=len(ctx.eval)) / k
     per_level = {
         lv.name: float(rates[ctx.eval.levels == i].mean())
@@ -284,7 +270,10 @@ def measure_priors(
     sampling is unchanged.
     """
     gen = _generator(model, 104_729 * (ctx.seed + 1))
-    rows, scores = _sample_scores(model, ctx, ctx.train, ctx.train_ids, ctx.train_mask, k, gen, chunk)
+    rows, scores = sample_scores(
+        model, ctx.tok, ctx.train_ids, ctx.train_mask, ctx.train.answers, k, gen,
+        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
+    )  # fmt: skip
     return outcome_records(rows.tolist(), scores.tolist(), success_value, f"warm start, {k} samples a prompt")
 
 
