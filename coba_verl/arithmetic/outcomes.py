@@ -22,13 +22,43 @@ from coba_verl.arithmetic.model import sample
 from coba_verl.arithmetic.task import score_batch
 from coba_verl.arithmetic.tokenizer import EOS, PAD, decode_responses
 
-__all__ = ["sample_scores", "trim_padding"]
+__all__ = ["sample_responses", "sample_scores", "trim_padding"]
 
 
 def trim_padding(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Drop the leading columns that are padding in every row of left-padded prompts."""
     first = int(torch.nonzero(mask.sum(0))[0, 0])
     return ids[:, first:], mask[:, first:]
+
+
+def sample_responses(
+    model: Qwen2ForCausalLM,
+    tok: Tokenizer,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One sampled response per prompt row: `trim_padding`, move to the model's device, `sample`.
+
+    Args:
+        ids, mask: (R, P) left-padded prompts, one row per response wanted.
+        generator: the random numbers, on the model's device.
+
+    Returns:
+        (ids, mask, response, response_mask): the trimmed prompts and the responses, all on the
+        model's device.
+    """
+    device = next(model.parameters()).device
+    ids, mask = trim_padding(ids, mask)
+    ids, mask = ids.to(device), mask.to(device)
+    response, response_mask = sample(
+        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tok.token_to_id(EOS),
+        pad_id=tok.token_to_id(PAD), generator=generator, temperature=temperature,
+    )  # fmt: skip
+    return ids, mask, response, response_mask
 
 
 def sample_scores(
@@ -55,18 +85,14 @@ def sample_scores(
     Returns:
         rows (n*k,) prompt of each answer, [0..n-1] k times; scores (n*k,) float64, 1 or 0.
     """
-    device = next(model.parameters()).device
     rows = np.tile(np.arange(len(answers)), k)
     scores = np.zeros(rows.size, dtype=np.float64)
     step = rows.size if chunk is None else chunk
     for start in range(0, rows.size, step):
         r = rows[start : start + step]
-        r_ids, r_mask = trim_padding(ids[r], mask[r])
-        response, response_mask = sample(
-            model, r_ids.to(device), r_mask.to(device), max_new_tokens=max_new_tokens,
-            eos_id=tok.token_to_id(EOS), pad_id=tok.token_to_id(PAD), generator=generator,
-            temperature=temperature,
-        )  # fmt: skip
+        _, _, response, response_mask = sample_responses(
+            model, tok, ids[r], mask[r], generator, max_new_tokens=max_new_tokens, temperature=temperature
+        )
         scores[start : start + r.size] = score_batch(
             decode_responses(tok, response, response_mask), [answers[i] for i in r]
         )

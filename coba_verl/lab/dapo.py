@@ -238,7 +238,8 @@ def collect_dapo_step(
         return step
     choice = select_to_budget([g.size for g in ready], target, min_size)
     cuts = dict(choice.cuts)
-    chosen = sorted(set(choice.whole) | set(cuts))
+    picked = set(choice.whole) | set(cuts)
+    chosen = sorted(picked)
     trained: list[tuple[Group, np.ndarray]] = []
     for position in chosen:
         group = ready[position]
@@ -250,7 +251,7 @@ def collect_dapo_step(
             observe([(group, away)])
             step.cut_rollouts += int(away.size)
         trained.append((group, kept))
-    surplus = [g for position, g in enumerate(ready) if position not in set(chosen)]
+    surplus = [g for position, g in enumerate(ready) if position not in picked]
     observe([(g, np.arange(g.size)) for g in surplus])
     step.surplus = len(surplus)
     observe(trained)

@@ -163,9 +163,6 @@ def _auc(curve: list[tuple[float, float]]) -> float:
     return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (x[-1] - x[0]))
 
 
-_first_reach = compute_to_target
-
-
 def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[dict[str, Any]]:
     """One dict per run label (first-seen order): the comparison table's numbers, see the module doc."""
     runs, start = _by_run(rows)
@@ -179,10 +176,10 @@ def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[di
         paired = [s for s in seeds if ref_curves.get(s)]
         d_final = [final[s] - ref_curves[s][-1][1] for s in paired]
         d_auc = [auc[s] - _auc(ref_curves[s]) for s in paired]
-        reach = [_first_reach(curves[s], ref_curves[s][-1][1]) for s in paired if label != reference]
+        reach = [compute_to_target(curves[s], ref_curves[s][-1][1]) for s in paired if label != reference]
         reached = [x for x in reach if not math.isnan(x)]
         every = [r for s in seeds for r in by_seed[s]]
-        compute = _compute(label, by_seed, runs.get(reference, {}), start, reference)
+        compute = _compute(label, by_seed, every, runs.get(reference, {}), start, reference)
         out.append(
             {
                 "run": label,
@@ -216,6 +213,7 @@ COMPUTE_UNITS = (("rollouts_generated", "rollouts"), ("tokens_generated", "token
 def _compute(
     label: str,
     by_seed: dict[int, list[dict[str, Any]]],
+    every: list[dict[str, Any]],
     ref_by_seed: dict[int, list[dict[str, Any]]],
     start: dict[int, float],
     reference: str,
@@ -232,9 +230,9 @@ def _compute(
     Also: generated rollouts and tokens per step, generated rollouts per trained rollout, generation
     waves (submissions) and allocator rounds per step, and ``gen_{u}_ratio``: the run's total
     generated rollouts (tokens) over the reference's, paired by seed (runs of equal steps).
+    ``every`` is the run's rows of all its seeds, in seed order.
     """
     seeds = sorted(by_seed)
-    every = [r for s in seeds for r in by_seed[s]]
     out: dict[str, Any] = {}
 
     def per_step(key: str) -> float:
@@ -259,10 +257,9 @@ def _compute(
         out[f"gen_{unit}_ratio"] = t_interval(ratios)
         reach, ratio, d_auc = [], [], []
         for s in paired:
-            ref_curve = _curve(ref_by_seed[s], start.get(s))
             curve_x = _curve(by_seed[s], start.get(s), key)
             ref_x = _curve(ref_by_seed[s], start.get(s), key)
-            target = ref_curve[-1][1]
+            target = ref_x[-1][1]  # the reference's final accuracy (the same evaluations whatever x)
             x = compute_to_target(curve_x, target)
             reach.append(x)
             own = compute_to_target(ref_x, target)

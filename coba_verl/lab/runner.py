@@ -36,8 +36,8 @@ import transformers
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from coba_verl.arithmetic.model import ModelSpec, build_model, sample
-from coba_verl.arithmetic.outcomes import sample_scores, trim_padding
+from coba_verl.arithmetic.model import ModelSpec, build_model
+from coba_verl.arithmetic.outcomes import sample_responses, sample_scores, trim_padding
 from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
@@ -243,47 +243,13 @@ def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
     return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
 
 
-def _generate(
-    model: Qwen2ForCausalLM, ctx: SeedContext, ids: torch.Tensor, mask: torch.Tensor, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample one completion per row; every returned tensor is on the model's device."""
-    device = next(model.parameters()).device
-    ids, mask = trim_padding(ids, mask)
-    ids, mask = ids.to(device), mask.to(device)
-    resp, rmask = sample(
-        model,
-        ids,
-        mask,
-        max_new_tokens=ctx.max_new_tokens,
-        eos_id=ctx.tok.token_to_id(EOS),
-        pad_id=ctx.tok.token_to_id(PAD),
-        generator=gen,
-        temperature=1.0,
-    )
-    return ids, mask, resp, rmask
-
-
-def _sample_scores(
-    model: Qwen2ForCausalLM,
-    ctx: SeedContext,
-    split: Split,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    k: int,
-    gen: torch.Generator,
-    chunk: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """k samples at temperature 1 of every prompt of ``split`` (``ids``/``mask`` its encoding), in
-    chunks of ``chunk`` rows drawn from ``gen`` (`coba_verl.arithmetic.outcomes.sample_scores`)."""
-    return sample_scores(
-        model, ctx.tok, ids, mask, split.answers, k, gen, max_new_tokens=ctx.max_new_tokens, chunk=chunk
-    )
-
-
 def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
     """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
     gen = _generator(model, 1_000_003 * (ctx.seed + 1))
-    rows, scores = _sample_scores(model, ctx, ctx.eval, ctx.eval_ids, ctx.eval_mask, k, gen, chunk)
+    rows, scores = sample_scores(
+        model, ctx.tok, ctx.eval_ids, ctx.eval_mask, ctx.eval.answers, k, gen,
+        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
+    )  # fmt: skip
     rates = np.bincount(rows, weights=scores, minlength=len(ctx.eval)) / k
     per_level = {
         lv.name: float(rates[ctx.eval.levels == i].mean())
@@ -304,7 +270,10 @@ def measure_priors(
     sampling is unchanged.
     """
     gen = _generator(model, 104_729 * (ctx.seed + 1))
-    rows, scores = _sample_scores(model, ctx, ctx.train, ctx.train_ids, ctx.train_mask, k, gen, chunk)
+    rows, scores = sample_scores(
+        model, ctx.tok, ctx.train_ids, ctx.train_mask, ctx.train.answers, k, gen,
+        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
+    )  # fmt: skip
     return outcome_records(rows.tolist(), scores.tolist(), success_value, f"warm start, {k} samples a prompt")
 
 
@@ -370,15 +339,32 @@ def _pad_right(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
 
 
+@dataclass
+class _WaveTensors:
+    """A wave's rollouts as the update needs them (`Wave.payload`); tensors on the model's device."""
+
+    rollout_ids: np.ndarray  # (R,) stable prompt id of each rollout
+    rows: np.ndarray  # (R,) position of each rollout's prompt in the wave's ``ids``
+    prompt_ids: torch.Tensor  # (R, P) the rollouts' prompts, common left padding trimmed
+    prompt_mask: torch.Tensor  # (R, P)
+    resp: torch.Tensor  # (R, T) sampled response tokens
+    rmask: torch.Tensor  # (R, T)
+
+
 def _generate_wave(
     model: Qwen2ForCausalLM, ctx: SeedContext, ids: np.ndarray, budgets: np.ndarray, gen: torch.Generator
 ) -> Wave:
-    """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the token tensors as payload."""
-    rollout_ids = ids[np.repeat(np.arange(ids.size), budgets)]  # (R,)
-    _, _, resp, rmask = _generate(model, ctx, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen)
+    """``budgets[i]`` rollouts of each prompt ``ids[i]``, scored; the `_WaveTensors` as payload."""
+    rows = np.repeat(np.arange(ids.size), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
+    rollout_ids = ids[rows]  # (R,)
+    p_ids, p_mask, resp, rmask = sample_responses(
+        model, ctx.tok, ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids], gen,
+        max_new_tokens=ctx.max_new_tokens,
+    )  # fmt: skip
     scores = score_batch(decode_responses(ctx.tok, resp, rmask), [ctx.train.answers[i] for i in rollout_ids])
     lengths = rmask.sum(-1).cpu().numpy().astype(np.float64)  # (R,) response tokens, <eos> included
-    return Wave(scores=scores, lengths=lengths, payload=(rollout_ids, resp, rmask))
+    payload = _WaveTensors(rollout_ids, rows, p_ids, p_mask, resp, rmask)
+    return Wave(scores=scores, lengths=lengths, payload=payload)
 
 
 def _dapo_rollouts(
@@ -396,13 +382,12 @@ def _dapo_rollouts(
     batch = None
     if step.trained:
         device = next(model.parameters()).device
-        width = max(int(step.waves[w].payload[2][rows].sum(-1).max()) for w, rows, _ in step.trained)
+        tensors = [(step.waves[w].payload, rows) for w, rows, _ in step.trained]
+        width = max(int(t.rmask[rows].sum(-1).max()) for t, rows in tensors)
         pad = ctx.tok.token_to_id(PAD)
-        rollout_ids = np.concatenate([step.waves[w].payload[0][rows] for w, rows, _ in step.trained])
-        resp = torch.cat([_pad_right(step.waves[w].payload[1][rows][:, :width], width, pad)
-                          for w, rows, _ in step.trained])  # fmt: skip
-        rmask = torch.cat([_pad_right(step.waves[w].payload[2][rows][:, :width], width, 0)
-                           for w, rows, _ in step.trained])  # fmt: skip
+        rollout_ids = np.concatenate([t.rollout_ids[rows] for t, rows in tensors])
+        resp = torch.cat([_pad_right(t.resp[rows][:, :width], width, pad) for t, rows in tensors])
+        rmask = torch.cat([_pad_right(t.rmask[rows][:, :width], width, 0) for t, rows in tensors])
         index = np.concatenate([np.full(rows.size, k, np.int64) for _, rows, k in step.trained])
         scores = np.concatenate([step.waves[w].scores[rows] for w, rows, _ in step.trained])
         p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
@@ -503,23 +488,23 @@ def train_run(
             t_alloc = time.perf_counter() - t0
             budgets = res.budgets  # (M,) int64, sum == total (rollout budget) or tokens within C
             wave = _generate_wave(model, ctx, ids, budgets, gen)
-            rollout_ids, resp, rmask = wave.payload
-            rows = np.repeat(np.arange(m), budgets)  # [3, 5] -> [0, 0, 0, 1, 1, 1, 1, 1]
             t_gen = time.perf_counter() - t0 - t_alloc
+            wt: _WaveTensors = wave.payload
             t1 = time.perf_counter()
-            allocator.observe(rollout_ids, wave.scores, wave.lengths)
+            allocator.observe(wt.rollout_ids, wave.scores, wave.lengths)
             t_plugin = t_alloc + time.perf_counter() - t1
-            p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
-            device = next(model.parameters()).device
             out = _StepRollouts(
-                batch=RolloutBatch(p_ids.to(device), p_mask.to(device), resp, rmask, wave.scores, rows),
+                batch=RolloutBatch(wt.prompt_ids, wt.prompt_mask, wt.resp, wt.rmask, wave.scores, wt.rows),
                 budgets=np.asarray(budgets, np.int64),
-                prompt_rates=np.bincount(rows, weights=wave.scores, minlength=m) / budgets,
+                prompt_rates=np.bincount(wt.rows, weights=wave.scores, minlength=m) / budgets,
                 scores=wave.scores,
                 generated_tokens=int(wave.lengths.sum()),
                 trained_tokens=int(wave.lengths.sum()),
                 costs=dict.fromkeys(NO_REFILL, 0) | {"submissions": 1, "rounds": 1},
             )
+        # Without DAPO `allocate` returned it; with DAPO the step's first `stream.take(M)`, M >= 1,
+        # allocated a round at the latest in step 1 (`PromptStream.last_allocation` is never reset).
+        assert res is not None
         t1 = time.perf_counter()
         allocator.end_step()
         t_plugin += time.perf_counter() - t1
@@ -559,14 +544,14 @@ def train_run(
             "all_pass_share": float(np.mean(per_prompt == 1)),
             "all_fail_share": float(np.mean(per_prompt == 0)),
             "pass_hist": pass_histogram(per_prompt),
-            "alpha": res.alpha if res is not None else float("nan"),  # the Beta that shaped the budgets
-            "beta": res.beta if res is not None else float("nan"),
-            "alloc_strategy": res.strategy if res is not None else "",
-            "tau": res.tau if res is not None else float("nan"),
+            "alpha": res.alpha,  # the Beta that shaped the budgets
+            "beta": res.beta,
+            "alloc_strategy": res.strategy,
+            "tau": res.tau,
             "budget_min": int(budgets.min()),
             "budget_max": int(budgets.max()),
             "budget_std": float(budgets.std()),
-            "unseen_prompts": int(np.isnan(res.pass_rates).sum()) if res is not None else 0,
+            "unseen_prompts": int(np.isnan(res.pass_rates).sum()),
             "pg_loss": upd.get("actor/pg_loss", float("nan")),
             "pg_clipfrac": upd.get("actor/pg_clipfrac", float("nan")),
             "ppo_kl": upd.get("actor/ppo_kl", float("nan")),
@@ -578,7 +563,7 @@ def train_run(
             "step_s": time.perf_counter() - t0,
             "eval_acc": float("nan"),
         }
-        if snapshot is not None and step in snaps and res is not None:
+        if snapshot is not None and step in snaps:
             snapshot(
                 {**base, "step": step, "pass_rates": res.pass_rates.tolist(), "budgets": res.budgets.tolist()}
             )
