@@ -20,15 +20,15 @@ Validation, and runs without DAPO or failed-group refill, use veRL's `sample` un
 `CobaReplayBufferAsync` does the same for veRL's asynchronous buffer (``colocate_async``), whose
 `ReplayBufferAsync.sample` takes the oldest ``batch_size`` finished **groups** of any submission:
 with budgets it waits instead until the sampleable groups hold ``batch_size`` x n sessions (and
-veRL's ``max_off_policy_strategy=wait`` lets it), and trains exactly that many, oldest groups first,
-by the same `select_to_budget` rule. The ready groups it does not take stay in the buffer for the
-next update (veRL's async policy: no surplus is discarded). Stale, DAPO-filtered and failed groups
-are evicted and refilled as veRL does, through ``_clear_groups``, so they reach the tracker too.
-Which groups an update takes keeps veRL's oldest-first order by submission step
-(`core.trained_budget.select_by_age`): every ready group submitted before the newest step the update
-trains from is trained, so no group waits longer than veRL's selection by groups would let it;
-ties (groups of one step) go in the order TransferQueue lists them (submission order), never in a
-set's hash order.
+veRL's ``max_off_policy_strategy=wait`` lets it), and trains exactly that many. The ready groups
+it does not take stay in the buffer for the next update (veRL's async policy: no surplus is
+discarded). Stale, DAPO-filtered and failed groups are evicted and refilled as veRL does (failed
+ones with budgets only below ``min_group_size`` finished sessions, below), through
+``_clear_groups``, so they reach the tracker too. Which groups an update takes keeps veRL's
+oldest-first order by submission step (`core.trained_budget.select_by_age`): every ready group
+submitted before the newest step the update trains from is trained, so no group waits longer than
+veRL's selection by groups would let it; ties (groups of one step) go in the order TransferQueue
+lists them (submission order), never in a set's hash order.
 
 **Failed sessions under budgets.** veRL's async buffer evicts a group as soon as any one of its
 sessions failed (``ReplayBufferAsync._terminal_eviction_reasons``, ``replay_buffer.py:531-539``).
