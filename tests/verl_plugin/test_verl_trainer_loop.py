@@ -665,6 +665,50 @@ def test_failed_sessions_are_counted_and_the_run_goes_on(
         assert any(len(s["index"]) < PROMPTS_PER_STEP for s in manager.submissions)
 
 
+class EngineDownWorker(ScriptedAgentLoopWorker):
+    """Every training session raises (an engine that is down, a reward function that always raises)."""
+
+    async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        if not trajectory["validate"]:
+            raise ConnectionError("scripted engine down")
+        return await super()._run_agent_loop(
+            sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+        )
+
+
+class EngineDownManager(InlineAgentLoopManager):
+    """Fails the test, rather than hang it, once the buffer has asked for 50 submissions."""
+
+    def __init__(self, config, tokenizer) -> None:
+        super().__init__(config, tokenizer)
+        self.workers = [EngineDownWorker(config, tokenizer) for _ in range(2)]
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        assert len(self.submissions) < 50, (
+            "the replay buffer kept refilling prompts whose every session fails"
+        )
+        super().generate_sequences(prompts)
+
+
+@pytest.mark.parametrize(
+    "overrides", [DAPO, ("trainer.v1.sampler.sync_refill_failed_groups=true",)], ids=["dapo", "refill-failed"]
+)
+def test_sync_rollout_counting_stops_naming_the_count_when_every_session_fails(
+    overrides, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """Step 1's 4 groups come back empty, the buffer refills 4 prompts (one round), those come back
+    empty too: 2 x M = 8 groups in a row without a finished session stop the run."""
+    with pytest.raises(
+        RuntimeError,
+        match=r"^8 prompt groups in a row came back with every session failed \(4 prompts refilled for this "
+        r"step so far\): the rollout engine, agent loop or reward function most likely fails every request",
+    ):
+        fit(
+            loop_config(small_config, tmp_path / "ckpt", *overrides), tiny_tokenizer, transfer_queue,
+            tmp_path / "metrics.jsonl", monkeypatch, manager_cls=EngineDownManager,
+        )  # fmt: skip
+
+
 # ---------------------------------------------------------------------- coba.group_weight=equal
 def trained_by_update(trainer, manager) -> list[dict[tuple[int, int, int], float]]:
     """Per actor update, {(group, session, output): advantage}, with ``group`` the group's place in
