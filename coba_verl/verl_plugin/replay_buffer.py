@@ -451,6 +451,8 @@ class CobaReplayBufferAsync(_CobaBufferHooks, ReplayBufferAsync):
         if self.filter_groups_metric is None:
             return {}
         cache = self._failed_dapo_cache.setdefault(partition_id, {})
+        for uid in cache.keys() - self.failure_keys[partition_id]:  # cleared or trained since
+            del cache[uid]
         for uid in uids - cache.keys():
             values = list(
                 self._session_values(partition_id, [k for ks in finished[uid].values() for k in ks]).values()
