@@ -214,7 +214,7 @@ def test_by_age_refuses_groups_out_of_age_order():
 
 @settings(max_examples=300, deadline=None)
 @given(
-    groups=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 10)), min_size=1, max_size=9),
+    groups=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 10)), min_size=1, max_size=7),
     target=st.integers(1, 40),
     min_size=st.integers(2, 4),
 )
