@@ -16,7 +16,9 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
     wait s           ``timing_s/gen``: the update waiting for sampleable groups, median
     step s           ``timing_s/step``, median
     stale share      groups veRL evicted as stale / groups trained
-    behind           ``coba/versions_behind_mean``, mean over steps
+    behind           ``coba/versions_behind_mean``, mean over steps (updates between a trained
+                     session's submission and its update)
+    behind max       ``coba/versions_behind_max``, max over steps: the oldest group any update trained
     held-out         ``val-core/.../acc/mean@k`` after the last step, mean over seeds
 
 then CoBA / uniform ratios. The runs share the machine with nothing but themselves (one at a time),
@@ -76,6 +78,7 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float]:
         "step s": float(np.median([row["timing_s/step"] for row in steps])),
         "stale share": stale / max(trained_groups, 1),
         "behind": float(np.mean([row["coba/versions_behind_mean"] for row in steps])),
+        "behind max": float(max(row["coba/versions_behind_max"] for row in steps)),
         "held-out": mean_held_out(rows_by_seed),
     }
 

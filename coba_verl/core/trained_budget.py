@@ -23,11 +23,18 @@ A cut group always keeps at least ``min_size`` sessions and fewer than it has; a
 Every group that did not fit has more sessions than what was left when it was skipped, which is at
 least d, so step 2 always succeeds when the ready groups hold ``target`` sessions.
 
-5. If steps 1-3 leave a shortfall, an exact search replaces them: a subset sum over the ready groups
-   (a bitset of reachable totals per prefix) finds whole groups W and at most one group c cut to k
-   (``min_size`` <= k < its size) with sum(W) + k = target whenever such a choice exists, preferring
-   the oldest c and the largest sum(W). Only when none exists (every group of the step has 2
-   sessions and the target is odd, say) does the step train ``target - shortfall``.
+5. If steps 1-3 leave a shortfall, an exact search replaces them (`_best`): over whole groups W and
+   at most two cut groups (each keeping k with ``min_size`` <= k < its size) it finds the largest
+   total <= target, so the step trains ``target`` whenever any such choice exists. Of the choices
+   with that total it prefers the fewest cuts, then the oldest cut groups, then the largest sum(W)
+   and the oldest whole groups. Only when no choice makes ``target`` (every group of the step has 2
+   sessions and the target is odd, say) does the step train less: the most any choice trains.
+
+So the rule `select_to_budget` holds to: **whole groups and at most two cut groups, each cut group
+keeping at least ``min_size`` and fewer than it has; exactly ``target`` whenever such a choice
+exists, else the most such a choice trains.** Which choice, when several exist, is steps 1-3's
+(oldest groups whole first), then step 5's preferences. The async buffer orders by age first
+(`select_by_age`).
 
 Example, target 16, sizes in order [6, 9, 4, 2, 8]: 6 and 9 are taken (15); 4, 2 and 8 do not
 fit; d = 1 is below 2, so 9 is given back (d = 10, no group that did not fit has 10 sessions),
@@ -70,14 +77,16 @@ def select_to_budget(
         sizes: sessions of each ready group, in the order the buffer offers them (oldest first).
         target: sessions the step trains (M x rollout.n).
         min_size: fewest sessions a cut group keeps (B_low: a GRPO group needs two).
-        whole_first: first look for whole groups that make ``target`` exactly (`_exact` without a
-            cut), and cut only when none do. The async buffer sets it: there the groups not taken
-            stay for the next update, while a cut group's other sessions are generated for nothing
-            and drain the rollouts generation keeps ahead of the update.
+        whole_first: first look for whole groups that make ``target`` exactly (`_best` without a
+            cut), and cut only when none do. `select_by_age` sets it within the newest submission
+            an update trains from: there the groups not taken stay for the next update, while a cut
+            group's other sessions are generated for nothing and drain the rollouts generation keeps
+            ahead of the update.
 
     Returns:
-        The `Selection`; ``shortfall`` > 0 only when the ready groups hold fewer than ``target``
-        sessions or no group is large enough to make the remainder (module docstring, step 3).
+        The `Selection`; ``shortfall`` > 0 only when no choice of whole groups and at most two cut
+        ones makes ``target`` (module docstring, the rule), and then it is the least any such
+        choice leaves.
 
     Raises:
         ValueError: ``target`` < 1, ``min_size`` < 1 or a size < 1.
@@ -87,8 +96,8 @@ def select_to_budget(
     if any(s < 1 for s in sizes):
         raise ValueError(f"every group offered must have a session, got sizes {list(sizes)}.")
     if whole_first:
-        exact = _exact(sizes, target, min_size, cut=False)
-        if exact is not None:
+        exact = _best(sizes, target, min_size, max_cuts=0)
+        if exact.shortfall == 0:
             return exact
     whole: list[int] = []
     skipped: list[int] = []
@@ -108,7 +117,7 @@ def select_to_budget(
         for i in skipped:
             if sizes[i] > left:
                 return Selection(tuple(whole), ((i, left),), 0)
-        return Selection(tuple(whole), (), left)
+        return _best(sizes, target, min_size)
     for given_back in reversed(whole):  # replace a whole group by a larger one, cut
         need = left + sizes[given_back]
         for i in skipped:
@@ -128,46 +137,124 @@ def select_to_budget(
                 else:
                     cuts.append((i, min_size))
                 return Selection(kept, tuple(sorted(cuts)), 0)
-    return _exact(sizes, target, min_size) or Selection(tuple(whole), (), left)
+    return _best(sizes, target, min_size)
 
 
-def _exact(sizes: Sequence[int], target: int, min_size: int, cut: bool = True) -> Selection | None:
-    """Whole groups and at most one cut group (none unless ``cut``) making exactly ``target``
-    (module docstring, step 5). Of several choices, the earlier (older) groups are preferred.
+def select_by_age(sizes: Sequence[int], steps: Sequence[int], target: int, min_size: int = 2) -> Selection:
+    """``target`` sessions from ready groups offered oldest first, never training a group while an
+    older one waits: veRL's oldest-first order (``ReplayBuffer._select_prompt_uids``, by submission
+    step) counted in sessions.
 
-    For each candidate cut group c (the oldest of each size >= ``min_size``, plus none), the totals
-    reachable by whole groups other than c are a bitset per prefix: bit t of ``reach[j]`` is set when
-    some subset of groups ``0..j-1`` sums to t. The largest reachable total in
-    [target - size_c + 1, target - min_size] (or exactly target without a cut) is then traced back.
+    The groups of each submission step are taken whole, oldest step first, while they fit. The first
+    step whose groups do not all fit (the newest the update trains from) gives the rest, d sessions,
+    by `select_to_budget` on its own groups with ``whole_first``: whole groups of that step that make
+    d exactly are preferred to a cut, in submission order otherwise. So every ready group submitted
+    before that step is trained, and no group waits longer than under oldest-first by groups.
+    Only when that step's groups cannot make d (d below ``min_size`` and no whole choice) does the
+    update take `select_to_budget` over all groups in order, which may give an older group back.
+
+    Example, target 8, steps [1, 1, 2, 2], sizes [7, 5, 4, 4]: whole groups alone would take the two
+    4s of step 2 while both groups of step 1 wait; by age, step 1's groups train, the 7 cut to 6 and
+    the 5 to 2 (`select_to_budget`'s step 3 within step 1).
+
+    Args:
+        sizes: sessions of each ready group, oldest first.
+        steps: each group's submission step, non-decreasing.
+        target: sessions the update trains.
+        min_size: fewest sessions a cut group keeps.
+
+    Raises:
+        ValueError: as `select_to_budget`, or ``steps`` out of order or not one per group.
     """
-    if sum(sizes) < target:
-        return None
-    mask = (1 << (target + 1)) - 1
-    seen: set[int] = set()
-    candidates: list[int | None] = [None]
-    for c, size in enumerate(sizes if cut else ()):
-        if size >= min_size and size not in seen:
-            seen.add(size)
-            candidates.append(c)
-    for c in candidates:
-        reach = [1]
-        for j, size in enumerate(sizes):
-            reach.append(reach[-1] if j == c else (reach[-1] | (reach[-1] << size)) & mask)
-        if c is None:
-            totals = [target]
-        else:
-            totals = range(target - min_size, max(target - sizes[c], -1), -1)
-        total = next((t for t in totals if reach[-1] >> t & 1), None)
-        if total is None:
+    if len(steps) != len(sizes) or any(a > b for a, b in zip(steps, steps[1:], strict=False)):
+        raise ValueError(f"steps {list(steps)} must be non-decreasing, one per group of sizes {list(sizes)}.")
+    taken: list[int] = []
+    total, start = 0, 0
+    while start < len(sizes):
+        end = start
+        while end < len(sizes) and steps[end] == steps[start]:
+            end += 1
+        same = range(start, end)  # the groups of one submission step, in submission order
+        size = sum(sizes[i] for i in same)
+        if total + size <= target:
+            taken.extend(same)
+            total += size
+            if total == target:
+                return Selection(tuple(taken), (), 0)
+            start = end
             continue
-        whole, left = [], total
-        for j in range(len(sizes) - 1, -1, -1):  # group j is needed iff the prefix without it misses left
-            if j != c and not reach[j] >> left & 1:
-                whole.append(j)
-                left -= sizes[j]
-        cuts = () if c is None else ((c, target - total),)
-        return Selection(tuple(sorted(whole)), cuts, 0)
-    return None
+        inner = select_to_budget([sizes[i] for i in same], target - total, min_size, whole_first=True)
+        if inner.shortfall:
+            return select_to_budget(sizes, target, min_size)
+        whole = tuple(taken) + tuple(start + i for i in inner.whole)
+        return Selection(whole, tuple((start + i, keep) for i, keep in inner.cuts), 0)
+    return Selection(tuple(taken), (), target - total)
+
+
+def _best(sizes: Sequence[int], target: int, min_size: int, max_cuts: int = 2) -> Selection:
+    """The most sessions, at most ``target``, that whole groups and at most ``max_cuts`` cut groups
+    can train (module docstring, step 5).
+
+    Cut candidates are tried with no cut first, then one, then two; a cut group keeps k with
+    ``min_size`` <= k < its size, so only groups of ``min_size`` + 1 sessions or more are cut, and of
+    groups of one size only the oldest (two oldest, for a pair of that size) are tried: others of the
+    same size reach the same totals. For each candidate set C, the totals the other groups reach
+    whole are a bitset per prefix (bit t of ``reach[j]`` set when some subset of groups ``0..j-1``
+    outside C sums to t); the largest reachable w <= target - |C| x min_size trains
+    min(target, w + sum_{c in C} (size_c - 1)). The first candidate set that makes ``target`` wins;
+    otherwise the one that trains the most. The whole groups are then traced back preferring the
+    oldest, and the cut groups' sessions split so each keeps at least ``min_size``.
+    Cost: O(D^2 x G) shifts of (target + 1)-bit integers for G groups of D sizes, only when the
+    greedy steps 1-3 fall short.
+    """
+    mask = (1 << (target + 1)) - 1
+    first_of_size: dict[int, list[int]] = {}
+    for c, size in enumerate(sizes):
+        if size > min_size and len(first_of_size.setdefault(size, [])) < 2:
+            first_of_size[size].append(c)
+    singles = sorted(group[0] for group in first_of_size.values())
+    pairs = sorted(
+        {tuple(sorted((a, b))) for a in singles for b in singles if a != b}
+        | {tuple(group) for group in first_of_size.values() if len(group) == 2}
+    )
+    candidates: list[tuple[int, ...]] = [()]
+    if max_cuts >= 1:
+        candidates += [(c,) for c in singles]
+    if max_cuts >= 2:
+        candidates += pairs
+    best: tuple[int, tuple[int, ...], int] | None = None  # (total, cut set, whole total w)
+    for cut in candidates:
+        low = min_size * len(cut)
+        if low > target:
+            continue
+        reach = 1
+        for j, size in enumerate(sizes):
+            if j not in cut:
+                reach = (reach | (reach << size)) & mask
+        w = (reach & ((1 << (target - low + 1)) - 1)).bit_length() - 1  # largest reachable <= target - low
+        total = min(target, w + sum(sizes[c] - 1 for c in cut))
+        if best is None or total > best[0]:
+            best = (total, cut, w)
+        if total == target:
+            break
+    assert best is not None  # the empty cut set always reaches 0
+    total, cut, w = best
+    reach_by_prefix = [1]
+    for j, size in enumerate(sizes):
+        prev = reach_by_prefix[-1]
+        reach_by_prefix.append(prev if j in cut else (prev | (prev << size)) & mask)
+    whole, left = [], w
+    for j in range(len(sizes) - 1, -1, -1):  # group j is needed iff the prefix without it misses left
+        if j not in cut and not reach_by_prefix[j] >> left & 1:
+            whole.append(j)
+            left -= sizes[j]
+    need, cuts = total - w, []
+    for position, c in enumerate(cut):
+        rest = len(cut) - position - 1  # cut groups after this one, each to keep at least min_size
+        keep = min(sizes[c] - 1, need - rest * min_size)
+        cuts.append((c, keep))
+        need -= keep
+    return Selection(tuple(sorted(whole)), tuple(cuts), target - total)
 
 
 def sessions_to_keep(values: dict[int, float], keep: int) -> set[int]:

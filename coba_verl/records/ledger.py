@@ -84,7 +84,8 @@ class StepTally:
         tokens: response tokens of the sessions given each scored fate this step.
         in_flight_before, in_flight_after: sessions in flight when the step began and ended.
         versions_behind: for each trained session, the step's version minus its generating one.
-        evicted_budgets: B_i of each group evicted this step (do the big groups get dropped?).
+        evicted_budgets: B_i of each group with a session evicted this step (do the big groups get
+            dropped?); a group none of whose sessions finished is failed, not evicted, so not here.
     """
 
     generated: int = 0
@@ -199,10 +200,10 @@ class RolloutLedger:
         if tokens:
             self.tally.sessions[fate] += len(tokens)
             self.tally.groups[fate] += 1
+            if fate is Fate.EVICTED:  # counted as evicted_groups counts it: a session was scored
+                self.tally.evicted_budgets.append(group.budget)
         if fate is Fate.TRAINED and version is not None:
             self.tally.versions_behind.extend([int(version) - group.version] * len(tokens))
-        if fate is Fate.EVICTED:
-            self.tally.evicted_budgets.append(group.budget)
         if close:
             self._close(group)
         return group

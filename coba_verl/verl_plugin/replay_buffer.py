@@ -20,10 +20,39 @@ Validation, and runs without DAPO or failed-group refill, use veRL's `sample` un
 `CobaReplayBufferAsync` does the same for veRL's asynchronous buffer (``colocate_async``), whose
 `ReplayBufferAsync.sample` takes the oldest ``batch_size`` finished **groups** of any submission:
 with budgets it waits instead until the sampleable groups hold ``batch_size`` x n sessions (and
-veRL's ``max_off_policy_strategy=wait`` lets it), and trains exactly that many, oldest groups first,
-by the same `select_to_budget` rule. The ready groups it does not take stay in the buffer for the
-next update (veRL's async policy: no surplus is discarded). Stale, DAPO-filtered and failed groups
-are evicted and refilled as veRL does, through ``_clear_groups``, so they reach the tracker too.
+veRL's ``max_off_policy_strategy=wait`` lets it), and trains exactly that many. The ready groups
+it does not take stay in the buffer for the next update (veRL's async policy: no surplus is
+discarded). Stale, DAPO-filtered and failed groups are evicted and refilled as veRL does (failed
+ones with budgets only below ``min_group_size`` finished sessions, below), through
+``_clear_groups``, so they reach the tracker too. Which groups an update takes keeps veRL's
+oldest-first order by submission step (`core.trained_budget.select_by_age`): every ready group
+submitted before the newest step the update trains from is trained, so no group waits longer than
+veRL's selection by groups would let it; ties (groups of one step) go in the order TransferQueue
+lists them (submission order), never in a set's hash order.
+
+**Failed sessions under budgets.** veRL's async buffer evicts a group as soon as any one of its
+sessions failed (``ReplayBufferAsync._terminal_eviction_reasons``, ``replay_buffer.py:531-539``).
+With a per-session failure rate p that evicts 1 - (1 - p)^B_i of the groups, which under CoBA are
+mostly the large groups of the hard prompts: a bias uniform does not have. With budgets,
+`CobaReplayBufferAsync` keeps a failed group whose finished sessions number at least
+``min_group_size`` (``coba.min_rollouts``): those sessions are sampleable, face staleness and
+DAPO's filter as a finished group's do, and train; the ledger records the sessions that never
+finished as failed when the group is trained. A failed group with fewer finished sessions is
+evicted and refilled as veRL does. Uniform keeps veRL's eviction.
+
+**Bounded refill (sync).** When every session fails, the sync buffer's refills would never make
+M x n sessions (veRL raises at once: its selection finds no trajectory, ``replay_buffer.py:505-510``).
+`CobaReplayBuffer` stops with an error once ``2 x train_batch_size`` prompt groups in a row came
+back with no finished session.
+
+**Guarded against veRL changes.** The buffers override veRL's ``_clear_groups`` (and the async one
+its ``_terminal_eviction_reasons``) and re-implement its sampling loops and its oldest-first
+selection. Each such veRL method's source digest is checked when a buffer is built
+(`VERL_BUFFER_SHA256`, veRL 0.9.1's): a changed ``_clear_groups``, through which evicted groups
+reach the tracker, refuses the run (`FrameworkMismatch`); a changed method the counted sampling
+re-implements makes the buffer fall back to veRL's own sampling by groups, with a warning. The
+counted sampling keeps veRL's ``@SkipManager.annotate_tq(role="rollout_tq", phase="sample")``, which
+veRL puts on both ``sample`` methods (``replay_buffer.py:421, 592``).
 """
 
 from __future__ import annotations
@@ -31,23 +60,65 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import replay_buffer as verl_replay_buffer
 from verl.trainer.ppo.v1.replay_buffer import (
     FILTER_GROUPS_REWARD_METRIC,
     ReplayBuffer,
     ReplayBufferAsync,
     _accumulate_eviction_metrics,
 )
+from verl.utils.skip import SkipManager
 
-from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
-from coba_verl.framework_api import constructor_arguments
+from coba_verl.core.trained_budget import select_by_age, select_to_budget, sessions_to_keep
+from coba_verl.framework_api import constructor_arguments, mismatch
+from coba_verl.verl_plugin.advantage import source_sha256
 from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
 
 logger = logging.getLogger(__name__)
+
+#: sha256 of ``inspect.getsource`` of each veRL 0.9.1 method the CoBA buffers override or
+#: re-implement (`verl_changes`), by ``"<class>.<method>"`` in ``verl/trainer/ppo/v1/replay_buffer.py``.
+VERL_BUFFER_SHA256: dict[str, str] = {
+    # overridden: every group cleared untrained passes here, so the tracker sees it (:241-259)
+    "ReplayBuffer._clear_groups": "46adae90d465f15a4bd3ff1154da6dba5c27a8288030e11aeb2bd477e8e87b42",
+    # re-implemented by CobaReplayBuffer._sample_rollouts (:421-511), with its eviction reasons (:318-336)
+    "ReplayBuffer.sample": "cdcecebeb7f0b44e9726b62e208fb6821023591d8b91b0a9ad56750a96363e43",
+    "ReplayBuffer._terminal_eviction_reasons": "4ffdb3bccfea999a7f8a6b029ecc5124a91336b699f6fd43156c7d890f1b5836",  # noqa: E501
+    # re-implemented by _take: oldest first by submission step (:383-392)
+    "ReplayBuffer._select_prompt_uids": "d54921984c037a787c87aed3f59301fcbaafc66c2871a845ad37bad5104628ab",
+    # re-implemented by CobaReplayBufferAsync._sample_rollouts (:564-613), its staleness wait (:541-556)
+    "ReplayBufferAsync.sample": "d31f3d3955ec5cfd944e628eb8468b97854feb4363b74f0b1617fbce5344ff77",
+    "ReplayBufferAsync.wait_for_sampleable": "5590a1b06f671763968213e1353f5bd93a64a342b620762f9ec9b2ecc8e5db56",  # noqa: E501
+    "ReplayBufferAsync._has_enough_samples": "42cfe96fe02c45680c9aa7b9101f51054bf0c142cd7005cf89f243bb7aafdbdb",  # noqa: E501
+    # overridden by CobaReplayBufferAsync (failed groups with enough finished sessions train), whose
+    # staleness test for them mirrors _stale_terminal_keys (:520-529)
+    "ReplayBufferAsync._terminal_eviction_reasons": "dee4779773543c4cb0f6a965fb127c404d3c08599265c2d13927205d37c740a2",  # noqa: E501
+    "ReplayBufferAsync._stale_terminal_keys": "a71c810a9e452911e8d43a008879de5101c421bd52d00383c9e1d208212cced4",  # noqa: E501
+}
+
+#: Prompt groups in a row that came back with no finished session after which the sync buffer stops,
+#: in rounds of ``train_batch_size`` prompts (`CobaReplayBuffer._sample_rollouts`).
+EMPTY_GROUP_ROUNDS = 2
+
+
+def verl_changes(names: Iterable[str]) -> list[str]:
+    """The ``"<class>.<method>"`` of ``names`` whose veRL method is missing or whose source is not the
+    one `VERL_BUFFER_SHA256` holds (veRL 0.9.1's), read from veRL's classes at call time."""
+    changed = []
+    for name in names:
+        owner, method = name.split(".")
+        function = getattr(verl_replay_buffer, owner).__dict__.get(method)
+        if function is None or source_sha256(function) != VERL_BUFFER_SHA256[name]:
+            changed.append(name)
+    return changed
+
 
 #: ``on_clear(partition_id, uids, trajectory tags {key: tag} of the partition)``.
 ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
@@ -59,6 +130,9 @@ class _CobaBufferHooks:
     """What both CoBA buffers add to veRL's: ``on_clear`` before each group clear, ``on_trim`` for the
     sessions cut from a trained group, and a batch of exactly a rollout target (`_take`).
 
+    Raises:
+        FrameworkMismatch: veRL's ``_clear_groups`` is not 0.9.1's (`VERL_BUFFER_SHA256`).
+
     Args:
         *args, **kwargs: as for veRL's `ReplayBuffer`.
         on_clear: called with the partition, the uids about to be cleared and the partition's
@@ -68,6 +142,11 @@ class _CobaBufferHooks:
         min_group_size: fewest sessions a cut group keeps (``coba.min_rollouts``).
         on_trim: called with the partition and the tags of the sessions cut from a trained group.
     """
+
+    #: veRL methods overridden that must be 0.9.1's, or the buffer refuses to start.
+    VERL_REQUIRED: tuple[str, ...] = ("ReplayBuffer._clear_groups",)
+    #: veRL methods the counted sampling re-implements; one that changed means veRL's own sampling.
+    VERL_REIMPLEMENTED: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -83,6 +162,26 @@ class _CobaBufferHooks:
         self.rollouts_per_prompt = rollouts_per_prompt
         self.min_group_size = min_group_size
         self.on_trim = on_trim
+        required = verl_changes(self.VERL_REQUIRED)
+        if required:
+            raise mismatch(
+                "veRL",
+                "verl",
+                "0.9.1",
+                f"{', '.join(required)} is not the method coba-verl overrides (source digest differs or "
+                "it is gone), so the groups veRL clears untrained would no longer reach the CoBA-RL tracker",
+            )
+        #: veRL methods the counted sampling re-implements that differ from veRL 0.9.1's (then veRL's own
+        #: sampling by groups is used, `counts_rollouts` is False)
+        self.verl_changed = tuple(verl_changes(self.VERL_REIMPLEMENTED)) if rollouts_per_prompt else ()
+        if self.verl_changed:
+            logger.warning(
+                "%s differ from veRL 0.9.1's, which %s re-implements to train exactly M x n rollouts an "
+                "update: falling back to veRL's own sampling by groups (an update trains the budgets of "
+                "the groups it takes; coba/trained_rollouts shows it)",
+                ", ".join(self.verl_changed),
+                type(self).__name__,
+            )
 
     @classmethod
     def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> _CobaBufferHooks:
@@ -112,19 +211,21 @@ class _CobaBufferHooks:
         *,
         clear_surplus: bool,
     ) -> tuple[KVBatchMeta, int]:
-        """Train `select_to_budget`'s groups, oldest first; cut sessions go to ``on_trim``, and with
-        ``clear_surplus`` the ready groups not taken go to ``on_clear`` (the sync buffer's surplus).
-        Without it (the async buffer) the groups not taken stay, so whole groups that make the target
-        exactly are preferred to a cut (``whole_first``).
+        """Train `select_to_budget`'s groups, oldest first (`_age_order`); cut sessions go to
+        ``on_trim``, and with ``clear_surplus`` the ready groups not taken go to ``on_clear`` (the sync
+        buffer's surplus). Without it (the async buffer) the groups not taken stay, so `select_by_age`
+        picks them: oldest submission step first, whole groups preferred to a cut within the newest.
 
         Returns:
             The batch, and the number of ready groups cleared untrained.
         """
-        steps = self.prompt_global_steps[partition_id]
-        order = sorted(ready, key=lambda uid: steps.get(uid, 0))  # oldest first, as veRL's selection
-        order = [uid for uid in order if groups.get(uid)]
+        order = [uid for uid in self._age_order(partition_id, ready) if groups.get(uid)]
         sizes = [len(groups[uid]) for uid in order]
-        choice = select_to_budget(sizes, target, self.min_group_size, whole_first=not clear_surplus)
+        if clear_surplus:
+            choice = select_to_budget(sizes, target, self.min_group_size)
+        else:
+            steps = self.prompt_global_steps[partition_id]
+            choice = select_by_age(sizes, [steps.get(uid, 0) for uid in order], target, self.min_group_size)
         if choice.shortfall:
             logger.warning(
                 "the ready groups could not make exactly %d rollouts; this update trains %d",
@@ -148,6 +249,17 @@ class _CobaBufferHooks:
         if surplus:
             self._clear_groups(partition_id, surplus)
         return self._materialize_batch(partition_id, selected, snapshot), len(surplus)
+
+    def _age_order(self, partition_id: str, uids: Iterable[str]) -> list[str]:
+        """``uids`` oldest first: by submission step (veRL's ``_select_prompt_uids`` key,
+        ``replay_buffer.py:388-391``), then in the order TransferQueue lists the prompts (the order
+        they were put, kept in ``prompt_global_steps``), then by uid; never in a set's hash order.
+
+            steps {a: 2, b: 1, c: 2}, listed c, b, a  ->  [b, c, a]
+        """
+        steps = self.prompt_global_steps[partition_id]
+        listed = {uid: rank for rank, uid in enumerate(steps)}
+        return sorted(uids, key=lambda uid: (steps.get(uid, 0), listed.get(uid, len(listed)), uid))
 
     def _ready_sessions(
         self, partition_id: str, ready: set[str]
@@ -182,12 +294,20 @@ class _CobaBufferHooks:
 class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
     """veRL's sync `ReplayBuffer` with the CoBA hooks; under DAPO with budgets, M x n rollouts a step."""
 
+    VERL_REIMPLEMENTED = (
+        "ReplayBuffer.sample",
+        "ReplayBuffer._terminal_eviction_reasons",
+        "ReplayBuffer._select_prompt_uids",
+    )
+
     # ------------------------------------------------------------------ rollout-counted sampling
     def counts_rollouts(self, partition_id: str) -> bool:
-        """True where `sample` counts rollouts: training, with budgets, under DAPO or failed-group refill."""
+        """True where `sample` counts rollouts: training, with budgets, under DAPO or failed-group refill,
+        against veRL 0.9.1's sampling (``verl_changed`` empty)."""
         return (
             partition_id != "val"
             and self.rollouts_per_prompt is not None
+            and not self.verl_changed
             and (self.filter_groups_metric is not None or self.sync_refill_failed_groups)
         )
 
@@ -195,8 +315,10 @@ class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
         """veRL's `sample`, or, where `counts_rollouts`, a batch of exactly ``batch_size`` x n sessions."""
         if not self.counts_rollouts(partition_id):
             return super().sample(global_steps, partition_id, batch_size)
+        assert self.rollouts_per_prompt is not None
         return self._sample_rollouts(global_steps, partition_id, batch_size * self.rollouts_per_prompt)
 
+    @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
     def _sample_rollouts(self, global_steps: int, partition_id: str, target: int) -> tuple[KVBatchMeta, dict]:
         """Wait until the ready groups hold ``target`` sessions, then train exactly that many.
 
@@ -206,13 +328,33 @@ class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
         is in flight, no credit is left and the ready groups still hold fewer than ``target``
         sessions (they survived the filter but are small), ceil(missing / n) prompts are refilled,
         where veRL, counting groups, would already be done.
+
+        Raises:
+            RuntimeError: `EMPTY_GROUP_ROUNDS` x ``train_batch_size`` prompt groups in a row came back
+                with no finished session (every session failed): refilling would never end.
         """
+        assert self.rollouts_per_prompt is not None
         last_debug_time = time.time()
         eviction_metrics: dict = {}
         credit, draining = 0, False
         max_inflight = self.max_inflight_gen_batches * (self.train_batch_size or 1)
+        seen: set[str] = set()  # groups that came back during this call
+        empty_run, refilled = 0, 0  # groups in a row with no finished session; prompts refilled
+        empty_limit = EMPTY_GROUP_ROUNDS * (self.train_batch_size or 1)
         while True:
             self._sync_metadata_from_transfer_queue()
+            returned = (self.finished_keys[partition_id] | self.failure_keys[partition_id]) - seen
+            if returned:
+                seen |= returned
+                with_sessions = {uid_of(key) for key in self.partitions[partition_id]}
+                empty_run = 0 if returned & with_sessions else empty_run + len(returned)
+                if empty_run >= empty_limit:
+                    raise RuntimeError(
+                        f"{empty_run} prompt groups in a row came back with every session failed "
+                        f"({refilled} prompts refilled for this step so far): the rollout engine, agent loop "
+                        "or reward function most likely fails every request; see the agent-loop workers' "
+                        "'Error in _run_prompt' log lines."
+                    )
             reasons = self._terminal_eviction_reasons(global_steps, partition_id)
             failed_count = len(reasons[2])
             evicted, stale_count, dapo_count, metrics = self._evict_terminal_groups(
@@ -234,6 +376,7 @@ class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
                 if dispatch > 0:
                     self.refill_fn(dispatch)
                     credit -= dispatch
+                    refilled += dispatch
                     continue
             if enough and inflight == 0:
                 batch, surplus = self._take(partition_id, ready, groups, target, clear_surplus=True)
@@ -246,24 +389,85 @@ class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
 
 class CobaReplayBufferAsync(_CobaBufferHooks, ReplayBufferAsync):
     """veRL's `ReplayBufferAsync` with the CoBA hooks; with budgets, each update trains exactly
-    ``batch_size`` x n rollouts (module docstring)."""
+    ``batch_size`` x n rollouts, and a failed group with ``min_group_size`` finished sessions trains
+    them (module docstring)."""
+
+    VERL_REIMPLEMENTED = (
+        "ReplayBuffer._select_prompt_uids",
+        "ReplayBufferAsync.sample",
+        "ReplayBufferAsync.wait_for_sampleable",
+        "ReplayBufferAsync._has_enough_samples",
+        "ReplayBufferAsync._terminal_eviction_reasons",
+        "ReplayBufferAsync._stale_terminal_keys",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # kept failed groups are immutable once terminal: their DAPO value (None: a spread) is cached,
+        # as veRL caches its finished groups' (``_dapo_classification_cache``)
+        self._failed_dapo_cache: dict[str, dict[str, float | None]] = {}
 
     def counts_rollouts(self, partition_id: str) -> bool:
-        """True where `sample` counts rollouts: training, with budgets."""
-        return partition_id != "val" and self.rollouts_per_prompt is not None
+        """True where `sample` counts rollouts: training, with budgets, against veRL 0.9.1's sampling."""
+        return partition_id != "val" and self.rollouts_per_prompt is not None and not self.verl_changed
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """veRL's `sample`, or, where `counts_rollouts`, a batch of exactly ``batch_size`` x n sessions."""
         if not self.counts_rollouts(partition_id):
             return super().sample(global_steps, partition_id, batch_size)
+        assert self.rollouts_per_prompt is not None
         return self._sample_rollouts(global_steps, partition_id, batch_size * self.rollouts_per_prompt)
 
+    def _terminal_eviction_reasons(
+        self, global_steps: int, partition_id: str
+    ) -> tuple[set[str], set[str], set[str], Counter]:
+        """veRL's reasons (stale, DAPO-filtered, failed), except that, where `counts_rollouts`, a failed
+        group with at least ``min_group_size`` finished sessions is not evicted for its failed ones:
+        it is stale under veRL's rule for finished groups (``max_off_policy_strategy=drop``,
+        ``replay_buffer.py:520-529``), DAPO-filtered when its finished sessions have no spread
+        (``:261-315``'s rule), or else sampleable."""
+        stale, dapo, failed, counts = super()._terminal_eviction_reasons(global_steps, partition_id)
+        if not failed or not self.counts_rollouts(partition_id):
+            return stale, dapo, failed, counts
+        finished = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in failed])
+        kept = {uid for uid in failed if len(finished.get(uid, {})) >= self.min_group_size}
+        if not kept:
+            return stale, dapo, failed, counts
+        steps = self.prompt_global_steps[partition_id]
+        threshold = self.max_off_policy_threshold
+        if threshold is not None and self.max_off_policy_strategy == "drop":
+            stale = stale | {
+                uid for uid in kept if global_steps - steps.get(uid, global_steps) + 1 > threshold
+            }
+        no_spread = self._failed_without_spread(partition_id, kept - stale, finished)
+        counts = counts + Counter(no_spread.values())
+        return stale, dapo | set(no_spread), failed - kept, counts
+
+    def _failed_without_spread(
+        self, partition_id: str, uids: set[str], finished: dict[str, dict[int, list[str]]]
+    ) -> dict[str, float]:
+        """The kept failed groups of ``uids`` whose finished sessions share one DAPO metric value (with
+        more than one session, veRL's rule), and that value; none without DAPO."""
+        if self.filter_groups_metric is None:
+            return {}
+        cache = self._failed_dapo_cache.setdefault(partition_id, {})
+        for uid in cache.keys() - self.failure_keys[partition_id]:  # cleared or trained since
+            del cache[uid]
+        for uid in uids - cache.keys():
+            values = list(
+                self._session_values(partition_id, [k for ks in finished[uid].values() for k in ks]).values()
+            )
+            cache[uid] = float(values[0]) if len(values) > 1 and float(np.std(values)) == 0.0 else None
+        return {uid: value for uid in uids if (value := cache[uid]) is not None}
+
+    @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
     def _sample_rollouts(self, global_steps: int, partition_id: str, target: int) -> tuple[KVBatchMeta, dict]:
         """veRL's `wait_for_sampleable`, counting sessions: evict (and refill one prompt per evicted
         group) until nothing is left to evict, then take ``target`` sessions once the sampleable groups
         hold that many and no in-flight prompt has reached the staleness threshold under
         ``max_off_policy_strategy=wait``. When nothing is in flight and the sampleable sessions fall
         short, ceil(missing / n) prompts are refilled (veRL, counting groups, would wait forever)."""
+        assert self.rollouts_per_prompt is not None
         last_debug_time = time.time()
         eviction_metrics: dict = {}
         while True:

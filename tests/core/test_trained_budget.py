@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
+from coba_verl.core.trained_budget import select_by_age, select_to_budget, sessions_to_keep
 
 
 def test_groups_that_fit_are_taken_whole_in_order():
@@ -152,3 +152,88 @@ def test_whole_first_cuts_only_when_no_whole_groups_make_the_target(sizes, targe
     )
     assert (choice.cuts == () and choice.shortfall == 0) == whole_exists
     assert choice.trained(sizes) == target - choice.shortfall
+
+
+def most_trained_by_brute_force(sizes: list[int], target: int, min_size: int) -> int:
+    """The most sessions <= target that whole groups and at most two cut groups (each keeping k with
+    min_size <= k < its size) train, by trying every group as out, whole or cut."""
+    best = 0
+    for fates in itertools.product(("out", "whole", "cut"), repeat=len(sizes)):
+        cut = [sizes[i] for i, fate in enumerate(fates) if fate == "cut"]
+        if len(cut) > 2 or any(size <= min_size for size in cut):
+            continue
+        whole = sum(sizes[i] for i, fate in enumerate(fates) if fate == "whole")
+        low, high = whole + min_size * len(cut), whole + sum(size - 1 for size in cut)
+        if low <= target:
+            best = max(best, min(target, high))
+    return best
+
+
+def test_two_groups_cut_when_no_whole_group_and_one_cut_make_the_target():
+    sizes = [1, 4, 4]  # 1 + 4 leaves 1 < B_low 3; no whole 4 can be swapped; 3 + 3 makes 6
+    choice = select_to_budget(sizes, 6, min_size=3)
+    assert choice.shortfall == 0 and choice.trained(sizes) == 6
+    assert choice.whole == () and choice.cuts == ((1, 3), (2, 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6),
+    target=st.integers(1, 30),
+    min_size=st.integers(1, 5),
+    whole_first=st.booleans(),
+)
+def test_the_step_trains_the_most_that_whole_groups_and_at_most_two_cut_groups_can(
+    sizes, target, min_size, whole_first
+):
+    choice = select_to_budget(sizes, target, min_size, whole_first=whole_first)
+    used = list(choice.whole) + [position for position, _ in choice.cuts]
+    assert len(used) == len(set(used)) and len(choice.cuts) <= 2
+    assert all(min_size <= keep < sizes[position] for position, keep in choice.cuts)
+    assert choice.trained(sizes) == target - choice.shortfall
+    assert choice.trained(sizes) == most_trained_by_brute_force(sizes, target, min_size)
+
+
+def test_by_age_trains_an_older_submission_before_whole_groups_of_a_newer_one():
+    sizes, steps = [7, 5, 4, 4], [1, 1, 2, 2]
+    assert select_to_budget(sizes, 8, whole_first=True).whole == (2, 3)  # step 1's groups would wait
+    choice = select_by_age(sizes, steps, 8)
+    assert choice.whole == () and choice.cuts == ((0, 6), (1, 2))
+
+
+def test_by_age_prefers_whole_groups_within_the_newest_submission_it_trains_from():
+    sizes, steps = [6, 4, 5, 6], [1, 2, 2, 2]  # 6 from step 1; of step 2, 4 + 6 make the other 10
+    choice = select_by_age(sizes, steps, 16)
+    assert choice.cuts == () and choice.whole == (0, 1, 3)
+
+
+def test_by_age_refuses_groups_out_of_age_order():
+    with pytest.raises(ValueError, match=r"steps \[2, 1\] must be non-decreasing"):
+        select_by_age([3, 3], [2, 1], 4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    groups=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 10)), min_size=1, max_size=7),
+    target=st.integers(1, 40),
+    min_size=st.integers(2, 4),
+)
+def test_by_age_never_trains_a_group_while_an_older_ready_one_waits(groups, target, min_size):
+    """Oldest-first by submission step, as veRL's async buffer: once the update trains a group of
+    step s, every ready group of a step before s trains too (whole or cut), unless the newest step's
+    groups cannot make the rest (the documented fallback to the ordered rule)."""
+    groups = sorted(groups)  # (step, size), oldest first
+    steps, sizes = [s for s, _ in groups], [b for _, b in groups]
+    choice = select_by_age(sizes, steps, target, min_size)
+    trained = set(choice.whole) | {position for position, _ in choice.cuts}
+    assert choice.trained(sizes) == target - choice.shortfall
+    assert choice.trained(sizes) == most_trained_by_brute_force(sizes, target, min_size)
+    boundary = next((s for s in sorted(set(steps)) if sum(b for t, b in groups if t <= s) > target), None)
+    if boundary is None:  # every ready group fits: all of them train
+        assert trained == set(range(len(sizes)))
+        return
+    rest = target - sum(b for t, b in groups if t < boundary)
+    same = [b for t, b in groups if t == boundary]
+    if most_trained_by_brute_force(same, rest, min_size) == rest:  # the newest step can make the rest
+        assert {i for i, t in enumerate(steps) if t < boundary} <= trained
+        assert all(steps[i] <= boundary for i in trained)

@@ -31,6 +31,23 @@ def test_a_failed_session_of_an_evicted_group_is_failed_and_not_also_evicted():
     assert counts["evicted_groups"] == 1
 
 
+def test_evicted_budgets_hold_the_groups_with_an_evicted_session_not_the_wholly_failed_ones():
+    """A group cleared with no finished session is failed (every session), not evicted: it adds to
+    failed_rollouts and not to evicted_budgets, which holds B_i of the groups evicted_groups counts."""
+    ledger = RolloutLedger()
+    ledger.open_group("big", prompt_id=0, budget=12, version=0)  # every session raised
+    ledger.open_group("small", prompt_id=1, budget=2, version=0)  # both finished, filtered
+    ledger.open_group("mid", prompt_id=2, budget=6, version=0)  # 2 finished, 4 raised
+    ledger.settle("big", {}, Fate.EVICTED, close=True)
+    ledger.settle("small", {0: 3, 1: 3}, Fate.EVICTED, close=True)
+    ledger.settle("mid", {0: 3, 4: 3}, Fate.EVICTED, close=True)
+    tally = ledger.close_step()
+    counts = tally.counts()
+    assert counts["evicted_groups"] == 2 and counts["evicted_rollouts"] == 4
+    assert counts["failed_rollouts"] == 12 + 4
+    assert sorted(tally.evicted_budgets) == [2, 6]  # mean 4, not (12 + 2 + 6) / 3
+
+
 def test_a_session_settled_twice_is_refused_naming_the_group_and_its_first_fate():
     ledger = RolloutLedger()
     ledger.open_group("g", prompt_id=0, budget=4, version=0)

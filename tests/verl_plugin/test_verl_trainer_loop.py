@@ -665,6 +665,50 @@ def test_failed_sessions_are_counted_and_the_run_goes_on(
         assert any(len(s["index"]) < PROMPTS_PER_STEP for s in manager.submissions)
 
 
+class EngineDownWorker(ScriptedAgentLoopWorker):
+    """Every training session raises (an engine that is down, a reward function that always raises)."""
+
+    async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+        if not trajectory["validate"]:
+            raise ConnectionError("scripted engine down")
+        return await super()._run_agent_loop(
+            sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+        )
+
+
+class EngineDownManager(InlineAgentLoopManager):
+    """Fails the test, rather than hang it, once the buffer has asked for 50 submissions."""
+
+    def __init__(self, config, tokenizer) -> None:
+        super().__init__(config, tokenizer)
+        self.workers = [EngineDownWorker(config, tokenizer) for _ in range(2)]
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        assert len(self.submissions) < 50, (
+            "the replay buffer kept refilling prompts whose every session fails"
+        )
+        super().generate_sequences(prompts)
+
+
+@pytest.mark.parametrize(
+    "overrides", [DAPO, ("trainer.v1.sampler.sync_refill_failed_groups=true",)], ids=["dapo", "refill-failed"]
+)
+def test_sync_rollout_counting_stops_naming_the_count_when_every_session_fails(
+    overrides, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """Step 1's 4 groups come back empty, the buffer refills 4 prompts (one round), those come back
+    empty too: 2 x M = 8 groups in a row without a finished session stop the run."""
+    with pytest.raises(
+        RuntimeError,
+        match=r"^8 prompt groups in a row came back with every session failed \(4 prompts refilled for this "
+        r"step so far\): the rollout engine, agent loop or reward function most likely fails every request",
+    ):
+        fit(
+            loop_config(small_config, tmp_path / "ckpt", *overrides), tiny_tokenizer, transfer_queue,
+            tmp_path / "metrics.jsonl", monkeypatch, manager_cls=EngineDownManager,
+        )  # fmt: skip
+
+
 # ---------------------------------------------------------------------- coba.group_weight=equal
 def trained_by_update(trainer, manager) -> list[dict[tuple[int, int, int], float]]:
     """Per actor update, {(group, session, output): advantage}, with ``group`` the group's place in
@@ -827,9 +871,18 @@ SESSION_DELAY_S = 0.15
 ASYNC = ("trainer.v1.colocate_async.num_warmup_batches=1",)
 
 
+def session_fails(index: int, session: int, step: int, rate: float) -> bool:
+    """True with probability ``rate``, deterministic in (index, session, step): the session raises."""
+    return (
+        bool(rate)
+        and float(np.random.default_rng(7_000_000 + 100_000 * index + 100 * step + session).random()) < rate
+    )
+
+
 class AsyncScriptedWorker(ScriptedAgentLoopWorker):
-    """`ScriptedAgentLoopWorker` in a Ray actor; sessions take time, and with ``hang_step`` the even
-    indices submitted at that step never finish (they are in flight at the next checkpoint)."""
+    """`ScriptedAgentLoopWorker` in a Ray actor; sessions take time, with ``hang_step`` the even
+    indices submitted at that step never finish (they are in flight at the next checkpoint), and with a
+    failure rate a session raises where `session_fails`."""
 
     def __init__(self, config, tokenizer) -> None:
         import transfer_queue
@@ -837,15 +890,21 @@ class AsyncScriptedWorker(ScriptedAgentLoopWorker):
         super().__init__(config, tokenizer)
         transfer_queue.init()  # as AgentLoopWorkerTQ.__init__: the driver's TransferQueue
         self.hang_step: int | None = None
+        self.failure_rate = 0.0
 
-    def set_hang_step(self, step: int | None) -> None:
+    def set_hang_step(self, step: int | None, failure_rate: float = 0.0) -> None:
         self.hang_step = step
+        self.failure_rate = failure_rate
 
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
         if not trajectory["validate"]:
             await asyncio.sleep(SESSION_DELAY_S * int(kwargs["session_id"]))
             if kwargs["global_steps"] == self.hang_step and int(kwargs["index"]) % 2 == 0:
                 await asyncio.sleep(3600)
+            if session_fails(
+                int(kwargs["index"]), int(kwargs["session_id"]), kwargs["global_steps"], self.failure_rate
+            ):
+                raise TimeoutError("scripted tool timeout")
         return await super()._run_agent_loop(
             sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
         )
@@ -877,12 +936,12 @@ def async_workers(transfer_queue, small_config, tiny_tokenizer):
 class RayAgentLoopManager(InlineAgentLoopManager):
     """veRL's AgentLoopManagerTQ.generate_sequences: chunks sent to the worker actors, not awaited."""
 
-    def __init__(self, workers, hang_step: int | None = None) -> None:
+    def __init__(self, workers, hang_step: int | None = None, failure_rate: float = 0.0) -> None:
         import ray
 
         self.workers = workers
         self.submissions, self.validations = [], []
-        ray.get([worker.set_hang_step.remote(hang_step) for worker in workers])
+        ray.get([worker.set_hang_step.remote(hang_step, failure_rate) for worker in workers])
 
     def dispatch(self, prompts: TensorDict) -> None:
         for worker, chunk in zip(self.workers, prompts.chunk(len(self.workers)), strict=False):
@@ -904,6 +963,7 @@ def async_fit(
     hang_step=None,
     ckpt=None,
     cls=CobaColocateAsyncTrainer,
+    failure_rate=0.0,
 ):
     """`fit` under ``trainer.v1.trainer_mode=colocate_async`` (or ``cls``'s mode) with the worker actors."""
     from coba_verl.core.allocator import BudgetAllocator
@@ -930,7 +990,7 @@ def async_fit(
         trainer, manager = fit(
             config, tokenizer, tq, root / "metrics.jsonl", monkeypatch,
             cls=cls,
-            manager_cls=lambda config, tokenizer: RayAgentLoopManager(workers, hang_step),
+            manager_cls=lambda config, tokenizer: RayAgentLoopManager(workers, hang_step, failure_rate),
         )  # fmt: skip
     return SimpleNamespace(
         trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"), ckpt=root / "ckpt",
@@ -1153,3 +1213,66 @@ def test_separate_async_with_dapo_trains_each_local_updates_share_from_groups_wi
             if not key.startswith("pad"):
                 by_group.setdefault(key.rsplit("_", 2)[0], []).append(advantage)
         assert all(any(a != 0 for a in values) for values in by_group.values())
+
+
+# ---------------------------------------------------------------------- failed sessions, async
+#: Each session raises with this probability (seeded per index, session and step): with budgets 2-8,
+#: many groups lose a session, some fall below B_low = 2 finished, and a few lose every session.
+FAILURE_RATE = 0.3
+
+
+@pytest.mark.parametrize(
+    ("strategy", "cls"),
+    [
+        ("coba", CobaColocateAsyncTrainer),
+        ("coba", CobaSeparateAsyncTrainer),
+        ("uniform", CobaColocateAsyncTrainer),
+    ],
+    ids=["colocate_async", "separate_async", "colocate_async-uniform"],
+)
+def test_async_failed_sessions_train_the_finished_ones_of_groups_with_b_low_and_are_counted_as_failed(
+    strategy, cls, async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    """veRL's async buffer evicts a group when any one session failed; with budgets, a group with at
+    least B_low finished sessions trains them and the ledger records the others as failed, while a
+    group with fewer is evicted and refilled as veRL does. Uniform keeps veRL's eviction: no group
+    with a failed session trains. Every update trains its share of M x n either way."""
+    separate = cls is CobaSeparateAsyncTrainer
+    mode = SEPARATE if separate else ()
+    run = async_fit(
+        async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, *mode,
+        "trainer.save_freq=-1", f"coba.strategy={strategy}", cls=cls, failure_rate=FAILURE_RATE,
+    )  # fmt: skip
+    share = PROMPTS_PER_STEP * ROLLOUT_N // (2 if separate else 1)
+    updates = run.trainer.actor_rollout_wg.updates
+    assert [update_cost(u)[0] for u in updates] == [share] * len(updates) and len(updates) >= STEPS
+    submitted = {
+        uid: (index, s["step"], budget)
+        for s in run.manager.submissions
+        for uid, index, budget in zip(s["uid"], s["index"], s["budgets"], strict=True)
+    }
+    finished = {
+        uid: {session for session in range(budget) if not session_fails(index, session, step, FAILURE_RATE)}
+        for uid, (index, step, budget) in submitted.items()
+    }
+    trained: dict[str, set[int]] = {}
+    for update in updates:
+        for key in update["keys"]:
+            uid, session, _ = key.rsplit("_", 2)
+            if uid in submitted:
+                trained.setdefault(uid, set()).add(int(session))
+    assert all(sessions <= finished[uid] for uid, sessions in trained.items())  # no failed session trains
+    with_a_failure = [uid for uid in trained if len(finished[uid]) < submitted[uid][2]]
+    if strategy == "uniform":
+        assert with_a_failure == []  # veRL's eviction of the whole group
+    else:
+        assert with_a_failure  # veRL would have evicted these
+        b_low = run.trainer.coba_config.min_rollouts
+        assert all(len(finished[uid]) >= b_low for uid in trained)
+        assert any(len(sessions) < b_low for sessions in finished.values())  # some were evicted for it
+    assert_every_step_balances(run.logged, synchronous=False)
+    closed = [uid for uid in submitted if uid not in run.trainer.ledger.groups]
+    failed = sum(submitted[uid][2] - len(finished[uid]) for uid in closed)
+    assert failed > 0 and sum(data["coba/failed_rollouts"] for data in run.logged.values() if data) == failed
+    evicted = [data for step, data in run.logged.items() if step and "coba/evicted_budget_mean" in data]
+    assert evicted and all("coba/budget_mean" in data for data in evicted)
