@@ -25,6 +25,12 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def master(local_ray) -> ObjectStoreCheckpointEngine:
+    """The actor's rank 0, for the whole module: its mailbox actor starts once."""
+    return ObjectStoreCheckpointEngine(1 << 20, is_master=True)
+
+
 class Receiver:
     """A rollout-side engine in a Ray actor of its own, as veRL's ``CheckpointEngineWorker`` holds one."""
 
@@ -67,9 +73,11 @@ def sync_once(ray, actors: list[ObjectStoreCheckpointEngine], receivers, weights
     return out
 
 
-def test_every_rollout_worker_gets_the_masters_weights_in_order_and_every_rank_walks_its_generator(local_ray):
+def test_every_rollout_worker_gets_the_masters_weights_in_order_and_every_rank_walks_its_generator(
+    local_ray, master
+):
     ray = local_ray
-    actors = [ObjectStoreCheckpointEngine(1 << 20, is_master=True), ObjectStoreCheckpointEngine(1 << 20)]
+    actors = [master, ObjectStoreCheckpointEngine(1 << 20)]
     receivers = [ray.remote(Receiver).remote() for _ in range(2)]
     walked: list[int] = []
 
@@ -96,6 +104,41 @@ def test_every_rollout_worker_gets_the_masters_weights_in_order_and_every_rank_w
     assert held == []  # each sync's reference was dropped
     for receiver in receivers:
         ray.kill(receiver)
+
+
+RECEIVERS = 80  # more than the 64 calls the mailbox actor once ran at a time
+
+
+def test_more_rollout_workers_than_an_actor_runs_calls_at_once_all_get_the_weights(local_ray, master):
+    """Every rollout worker waits for the master's weights while the master sends them (veRL starts
+    both at once, ``checkpoint_engine/base.py:539-542``): however many wait, the weights get through,
+    and each receiver unpickles the tensors into memory of its own (the module docstring). The
+    receivers share the test's process (what counts is how many wait at once), so no process starts."""
+    receivers = [ObjectStoreCheckpointEngine(1 << 20) for _ in range(RECEIVERS)]
+    metadata = [master.prepare()] + [engine.prepare() for engine in receivers]
+    actor_kwargs, rollout_kwargs = ObjectStoreCheckpointEngine.build_topology(1, RECEIVERS, metadata)
+    master.init_process_group(**{key: values[0] for key, values in actor_kwargs.items()})
+    for i, engine in enumerate(receivers):
+        engine.init_process_group(**{key: values[i] for key, values in rollout_kwargs.items()})
+    weights = [("embed.weight", torch.tensor([1.0, 2.0])), ("norm.weight", torch.tensor([3.0]))]
+
+    async def receive(engine) -> list[tuple[str, torch.Tensor]]:
+        return [(name, tensor) async for name, tensor in engine.receive_weights(global_steps=1)]
+
+    async def send_after_every_receiver_waits() -> None:
+        await asyncio.sleep(1.0)
+        await master.send_weights(iter(weights))
+
+    async def sync() -> list:
+        return await asyncio.gather(send_after_every_receiver_waits(), *map(receive, receivers))
+
+    _, *got = asyncio.run(asyncio.wait_for(sync(), timeout=60))
+    values = [[(name, tensor.tolist()) for name, tensor in engine] for engine in got]
+    assert values == [[("embed.weight", [1.0, 2.0]), ("norm.weight", [3.0])]] * RECEIVERS
+    addresses = [tensor.data_ptr() for engine in got for _, tensor in engine]  # all alive here
+    assert len(set(addresses)) == len(addresses)  # no two receivers share a tensor's memory
+    for engine in [master, *receivers]:
+        engine.finalize()
 
 
 def test_a_receiver_without_the_masters_token_is_an_error_not_a_hang():
