@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,21 +180,52 @@ def fsdp2_linear():
         dist.destroy_process_group()
 
 
-def test_the_old_policy_snapshot_owns_its_memory_where_veRLs_aliases_the_live_parameters(fsdp2_linear):
-    """veRL's FSDP2 snapshot (``fsdp2_sharded_save_to_cpu``) takes ``.detach().cpu()`` of each local
-    shard, the live tensor itself on CPU: an optimizer step would change the "saved" old policy. The
-    CPU backend's worker clones it (`GlooDetachActorWorker.save_model_to_cpu`)."""
-    from verl.utils.fsdp_utils import fsdp2_sharded_save_to_cpu
+def detach_worker(cls: type, module: torch.nn.Module):
+    """A ``cls`` (veRL's ``DetachActorWorker`` or the CPU backend's) whose FSDP2 actor module is
+    ``module``, without its Ray start-up: what its snapshot methods read, and nothing else."""
+    from omegaconf import OmegaConf
 
-    from coba_verl.cpu.workers import _owned
+    worker = cls.__new__(cls)
+    worker.config = OmegaConf.create({"actor": {"strategy": "fsdp2"}})
+    worker.actor = SimpleNamespace(engine=SimpleNamespace(module=module))
+    worker._strategy_handlers = None
+    return worker
 
+
+@pytest.mark.parametrize("worker_class", ["GlooDetachActorWorker", "DetachActorWorker"])
+def test_the_old_policy_snapshot_survives_an_optimizer_step_in_the_cpu_backends_worker_only(
+    fsdp2_linear, worker_class
+):
+    """veRL's separate_async cycle (``trainer_separate_async.py:203-211``): snapshot pi_old, an
+    optimizer step, snapshot the current weights, restore pi_old for the old log-probs, restore the
+    current weights. veRL's FSDP2 snapshot (``fsdp2_sharded_save_to_cpu``) takes ``.detach().cpu()`` of
+    each local shard, on CPU the live tensor itself, so its "pi_old" follows the step; the CPU
+    backend's worker (`GlooDetachActorWorker.save_model_to_cpu`) clones each snapshot."""
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+    from verl.single_controller.base.decorator import MAGIC_ATTR
+
+    from coba_verl.cpu.workers import GlooDetachActorWorker
+
+    cls = {"GlooDetachActorWorker": GlooDetachActorWorker, "DetachActorWorker": DetachActorWorker}[
+        worker_class
+    ]
     model = fsdp2_linear
-    before = model.weight.full_tensor().clone()
-    verls = fsdp2_sharded_save_to_cpu(model)
-    owned = _owned(verls)
+    worker = detach_worker(cls, model)
+    old_policy = model.weight.full_tensor().clone()
+    worker.save_model_to_cpu(0)
     with torch.no_grad():
-        model.weight.add_(1.0)  # an optimizer step
-    (aliased, _), (kept, spec) = verls[0]["weight"], owned[0]["weight"]
-    assert torch.equal(aliased, before + 1.0)  # veRL's snapshot moved with the parameters
-    assert torch.equal(kept, before) and spec is model.weight._spec  # ours kept the old policy
-    assert owned[1] is verls[1]  # the global spec passes through
+        model.weight.add_(1.0)  # a local update
+    current = model.weight.full_tensor().clone()
+    worker.save_model_to_cpu(1)
+    worker.restore_model_from_cpu(0)
+    restored_old = model.weight.full_tensor().clone()
+    worker.restore_model_from_cpu(1)
+    assert torch.equal(model.weight.full_tensor(), current)  # back to the trained weights
+    if cls is GlooDetachActorWorker:
+        assert torch.equal(restored_old, old_policy)
+    else:  # veRL's snapshot moved with the parameters: the "old" policy is the trained one
+        assert torch.equal(restored_old, current) and not torch.equal(restored_old, old_policy)
+    # the override keeps veRL's dispatch, so veRL's worker group binds it as it binds veRL's
+    assert getattr(cls.save_model_to_cpu, MAGIC_ATTR) == getattr(
+        DetachActorWorker.save_model_to_cpu, MAGIC_ATTR
+    )
