@@ -229,3 +229,37 @@ def test_the_old_policy_snapshot_survives_an_optimizer_step_in_the_cpu_backends_
     assert getattr(cls.save_model_to_cpu, MAGIC_ATTR) == getattr(
         DetachActorWorker.save_model_to_cpu, MAGIC_ATTR
     )
+
+
+def test_veRLs_snapshot_pieces_are_those_the_worker_was_written_against():
+    from coba_verl.cpu.workers import changed_snapshot_pieces
+
+    assert changed_snapshot_pieces() == []  # veRL 0.9.1: each digest in VERL_SNAPSHOT_SHA256
+
+
+def test_a_veRL_with_another_snapshot_is_refused_before_the_worker_is_swapped_in(monkeypatch):
+    """A veRL whose ``save_model_to_cpu`` keeps the shards inside an object of its own, where the CPU
+    backend's copy would not reach them: the worker swap refuses it, naming the changed piece; veRL's
+    hybrid worker (no snapshot) is still swapped."""
+    import ray
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+    from verl.utils.fsdp_utils import fsdp2_sharded_save_to_cpu
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    from coba_verl.cpu.workers import GlooActorRolloutRefWorker, GlooDetachActorWorker, use_gloo_workers
+    from coba_verl.framework_api import FrameworkMismatch, actor_python_class
+
+    roles = {"actor": ray.remote(DetachActorWorker)}
+    use_gloo_workers(roles)  # veRL 0.9.1
+    assert actor_python_class(roles["actor"]) is GlooDetachActorWorker
+
+    def save_model_to_cpu(self, n):  # a changed veRL: the snapshot in a holder object
+        self.cpu_saved_models = getattr(self, "cpu_saved_models", {})
+        self.cpu_saved_models[n] = SimpleNamespace(state=fsdp2_sharded_save_to_cpu(self.actor.engine.module))
+
+    monkeypatch.setattr(DetachActorWorker, "save_model_to_cpu", save_model_to_cpu)
+    with pytest.raises(FrameworkMismatch, match=r"\['DetachActorWorker.save_model_to_cpu'\] differ from"):
+        use_gloo_workers({"actor": ray.remote(DetachActorWorker)})
+    hybrid = {"actor_rollout": ray.remote(ActorRolloutRefWorker)}
+    use_gloo_workers(hybrid)
+    assert actor_python_class(hybrid["actor_rollout"]) is GlooActorRolloutRefWorker
