@@ -5,7 +5,8 @@ or the tiny recipe in ``recipes/tiny_cpu``); off by default. Pieces, each throug
 extension point:
 
 `platform`      veRL platform ``cpu`` (gloo, logical Ray ``GPU`` slots), `device` its torch module
-`registration`  loaded by veRL in every process: platform, FSDP engine for ``cpu``, rollout ``hf``
+`registration`  loaded by veRL in every process: platform, FSDP engine for ``cpu``, rollout ``hf``,
+                checkpoint engine ``ray_object_store``
 `rollout`       the ``hf`` rollout: transformers generation behind veRL's router
 `workers`       veRL's trainer workers with a gloo-only process group (and the trainer mixin
                 that swaps them in)

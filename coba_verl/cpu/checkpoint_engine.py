@@ -6,18 +6,31 @@ engine other than ``naive`` (``verl/trainer/ppo/v1/trainer_separate_async.py:68-
 run has. It follows veRL's `CheckpointEngine` contract (``verl/checkpoint_engine/base.py``) as
 `CheckpointEngineManager.update_weights` drives it, once per weight sync:
 
-1. ``prepare`` on every actor and rollout worker; the master (actor rank 0) names a mailbox (a
-   named Ray actor, created once per run) and a fresh token for this sync.
+1. ``prepare`` on every actor and rollout worker; the master (actor rank 0) opens a mailbox (a
+   named Ray actor, created once per run), draws a fresh token for this sync and asks the mailbox
+   for the token's reference: that one call, pending until the master posts, is the only call
+   waiting in the mailbox, and its result's reference goes into the master's metadata.
 2. ``build_topology``: every worker gets the master's metadata.
 3. ``send_weights`` on every actor rank: all ranks walk veRL's weight generator (FSDP gathers each
    full tensor collectively), the master keeps a CPU copy of each and puts the whole state into
    the object store once, then posts its reference to the mailbox under the token;
-   ``receive_weights`` on every rollout worker waits for the token's reference, fetches the state
-   (zero-copy on the same node) and yields ``(name, tensor)`` in the actor's order.
-4. ``finalize``: the master drops its reference, so the object store frees the state.
+   ``receive_weights`` on every rollout worker awaits the pending call's result through Ray's
+   object store, not through the mailbox, fetches the state and yields ``(name, tensor)`` in the
+   actor's order. veRL starts senders and receivers at once (``checkpoint_engine/base.py:539-542``):
+   were each receiver's wait a call in the mailbox, as many waiting receivers as the actor runs
+   calls at once would keep the post out for ever; here the mailbox holds one waiting call per
+   sync, however many rollout workers there are.
+4. ``finalize``: the master and the receivers drop their references, the mailbox its entry, so the
+   object store frees the state.
 
 Memory: the master holds one full copy of the weights (float as trained) during a sync, as a
-bucketed engine would hold a bucket; fine for the CPU backend's models, not meant for GPU runs.
+bucketed engine would hold a bucket, and the object store one serialized copy (on each node that
+fetches it). Ray 2.60 pickles a torch tensor with torch's own reducer, its bytes inside the pickle,
+unless ``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1`` (``ray/_private/serialization.py:163-174``,
+``ray_constants.py:785``); only numpy arrays get pickle-5 out-of-band buffers that ``ray.get`` maps
+read-only from shared memory. So every rollout worker unpickles the state into a full copy of its
+own (writable; no zero-copy view), which `coba_verl.cpu.rollout.HFServerAdapter` then sends to its
+server. Fine for the CPU backend's models, not meant for GPU runs.
 
 Selected with ``actor_rollout_ref.rollout.checkpoint_engine.backend=ray_object_store``; the
 registration module (`coba_verl.cpu.registration`) registers it in every process that imports veRL.
@@ -45,7 +58,8 @@ MAILBOX_NAME = "coba_verl_weights_mailbox"
 
 
 class WeightMailbox:
-    """An async Ray actor: the master posts one object reference per sync token, receivers wait for it.
+    """An async Ray actor: the master posts one object reference per sync token; one ``take`` per
+    token, the master's own, waits for it and hands it to every receiver through its result.
 
     The reference is wrapped in a list so that Ray hands it over as a reference, not as the state.
     """
@@ -79,12 +93,10 @@ def open_mailbox() -> ray.actor.ActorHandle:
 
     Ray ends a named actor that is not detached once its creator holds no handle to it, so the
     master engine, which creates it, keeps its handle for the run (`ObjectStoreCheckpointEngine`).
+    The calls it runs at once (Ray's default for an async actor, 1000) need not grow with the
+    rollout workers: one ``take`` waits per sync (module docstring); the others return at once.
     """
-    return (
-        ray.remote(WeightMailbox)
-        .options(name=MAILBOX_NAME, get_if_exists=True, num_cpus=0, max_concurrency=64)
-        .remote()
-    )
+    return ray.remote(WeightMailbox).options(name=MAILBOX_NAME, get_if_exists=True, num_cpus=0).remote()
 
 
 @CheckpointEngineRegistry.register(BACKEND)
@@ -107,6 +119,7 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         self.bucket_size = bucket_size
         self.is_master = is_master
         self.token: str | None = None
+        self._posted: ray.ObjectRef | None = None  # this sync's pending take: [state reference]
         self._state_ref: ray.ObjectRef | None = None
         self._mailbox: ray.actor.ActorHandle | None = None
 
@@ -117,11 +130,12 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         return self._mailbox
 
     def prepare(self) -> dict[str, Any]:
-        """Metadata for `build_topology`: the master's carries this sync's token."""
+        """Metadata for `build_topology`: the master's carries this sync's token and the reference
+        of the mailbox's answer for it (in a list, so that Ray passes it on unresolved)."""
         if not self.is_master:
             return {}
-        self.mailbox()  # created before any receiver looks it up
-        return {"token": uuid.uuid4().hex}
+        token = uuid.uuid4().hex
+        return {"token": token, "posted": [self.mailbox().take.remote(token)]}
 
     @classmethod
     def build_topology(
@@ -129,7 +143,7 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
     ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
         """Every worker gets the master's metadata (``metadata[0]``: actor rank 0 prepares first)."""
         master = metadata[0]
-        if "token" not in master:
+        if "token" not in master or "posted" not in master:
             raise RuntimeError(f"{BACKEND}: the first worker's metadata {master} is not the master's")
         return (
             {"master_metadata": [master] * actor_wg_world_size},
@@ -137,14 +151,16 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         )
 
     def init_process_group(self, master_metadata: dict[str, Any]) -> None:
-        """Take this sync's token; no process group is needed."""
+        """Take this sync's token and the mailbox's pending answer; no process group is needed."""
         self.token = master_metadata["token"]
+        (self._posted,) = master_metadata["posted"]
 
     def finalize(self) -> None:
-        """Drop this sync's state: the master's reference and the mailbox's."""
+        """Drop this sync's state: this worker's references and the mailbox's."""
         if self.is_master and self.token is not None:
             self.mailbox().drop.remote(self.token)  # not awaited: finalize is synchronous in veRL's workers
         self._state_ref = None
+        self._posted = None
         self.token = None
 
     async def send_weights(
@@ -169,9 +185,9 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         self, global_steps: int | None = None
     ) -> AsyncGenerator[tuple[str, torch.Tensor], None]:
         """Wait for the master's state of this sync, then yield its tensors in the actor's order."""
-        if self.token is None:
+        if self.token is None or self._posted is None:
             raise RuntimeError(f"{BACKEND}: receive_weights before init_process_group")
-        refs = await self.mailbox().take.remote(self.token)
+        refs = await self._posted  # the mailbox's answer, once the master has posted
         state = await refs[0]
         for name, tensor in state.items():
             yield name, tensor

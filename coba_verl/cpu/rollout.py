@@ -20,10 +20,14 @@ registered under the name ``hf`` (``actor_rollout_ref.rollout.name=hf``, see `re
                    all-gathers are collective).
 
 Sampling is reproducible for a given model: the draws of a request come from a generator
-seeded by ``(rollout.seed, global step of the weights, prompt token ids, k)`` where k counts
-identical requests since the last weight update (the global step, unlike a count of updates, is
-the same in a run resumed from a checkpoint), so the ``B_i`` sessions of one prompt get ``B_i``
-distinct, repeatable samples whatever order the agent loop sends them in.
+seeded by ``(replica seed, global step of the weights, prompt token ids, k)`` where k counts
+identical requests this server took since the last weight update (the global step, unlike a count
+of updates, is the same in a run resumed from a checkpoint), so the ``B_i`` sessions of one prompt
+get ``B_i`` distinct, repeatable samples whatever order the agent loop sends them in. The replica
+seed is vLLM's engine seed, ``rollout.seed + replica rank`` (`replica_seed`): veRL's router sends
+each session of a group to any replica, and two replicas counting k from 0 under one seed would
+draw the same samples, a zero-variance group where the engine would give a spread. A one-replica
+run draws what it drew with ``rollout.seed`` alone.
 
 Log-probs are ``log_softmax(logits / temperature)`` of the sampled token, the quantity veRL's
 actor recomputes (its ``compute_log_prob`` divides the logits by the same temperature).
@@ -83,8 +87,16 @@ def server_name(replica_rank: int) -> str:
     return f"coba_hf_server_{replica_rank}"
 
 
+def replica_seed(rollout_seed: int, replica_rank: int) -> int:
+    """The seed of replica ``replica_rank``'s server: ``rollout.seed + replica_rank``, as veRL 0.9.1
+    seeds each vLLM engine (``vllm_async_server.py:343``, and ``:152, :627`` under full determinism),
+    so that the replicas sharing a group draw different samples."""
+    return int(rollout_seed) + int(replica_rank)
+
+
 def request_seed(base_seed: int, step: int, prompt_ids: Iterable[int], k: int) -> int:
-    """63-bit seed of the k-th request for ``prompt_ids`` under the weights of global step ``step``."""
+    """63-bit seed of the k-th request for ``prompt_ids`` under the weights of global step ``step``,
+    on a server whose seed is ``base_seed`` (`replica_seed`)."""
     text = f"{base_seed}|{step}|{k}|{','.join(map(str, prompt_ids))}"
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
 
@@ -323,6 +335,7 @@ class HFServer:
         key = tuple(prompt_ids)
         k = self._draws[key]
         self._draws[key] += 1
+        seed = request_seed(replica_seed(cfg.seed, self.replica_rank), self.global_steps or 0, prompt_ids, k)
         top_k = params.pop("top_k", -1)
         return _Request(
             prompt_ids=prompt_ids,
@@ -332,7 +345,7 @@ class HFServer:
             top_p=float(params.pop("top_p", 1.0)),
             want_logprobs=bool(params.pop("logprobs", False)),
             stop_ids=frozenset(stop),
-            seed=request_seed(int(cfg.seed), self.global_steps or 0, prompt_ids, k),
+            seed=seed,
             future=asyncio.get_running_loop().create_future(),
         )
 

@@ -13,11 +13,20 @@ local updates: `GlooDetachActorWorker` is it with the gloo group, and with snaps
 veRL's FSDP2 snapshot takes ``param.detach().cpu()`` of each shard (``fsdp_utils.py:1167``, and
 the DTensor branch below it), which on a CPU tensor is the tensor itself, not a copy: the
 "saved" old policy would follow every optimizer step and the restore would restore nothing.
+
+That override is written against veRL 0.9.1's snapshot (`VERL_SNAPSHOT_SHA256`: the source of
+``DetachActorWorker.save_model_to_cpu`` and of the FSDP helpers it calls): a veRL that kept its
+snapshot where the copy does not reach (in an object of its own, say) would train against a moving
+old policy in silence. So `use_gloo_workers` refuses to swap the worker in when the installed
+veRL's pieces differ (`check_snapshot_pieces`), before any worker starts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -26,9 +35,58 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils import fsdp_utils
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from coba_verl.framework_api import actor_python_class
+from coba_verl.framework_api import actor_python_class, mismatch
+
+#: sha256 of the source of veRL 0.9.1's snapshot pieces, whose aliasing `GlooDetachActorWorker` undoes
+VERL_SNAPSHOT_SHA256 = {
+    "DetachActorWorker.save_model_to_cpu": "ee3493289bb90b59ef00cb1ad037efd2bc02f51453925f4b27992149ba88116c",
+    "fsdp1_sharded_save_to_cpu": "02d0ec58e2f6a1aff229de65f9c491cc4590e2653797dda2a030540f998815d8",
+    "fsdp2_sharded_save_to_cpu": "ecdb335bb1d3948f27c96dc6be0edc2c93bcc94d7c19c2f52fbfca489edaab7e",
+}
+
+
+def verl_snapshot_pieces() -> dict[str, Callable[..., Any]]:
+    """The installed veRL's snapshot pieces, by the names of `VERL_SNAPSHOT_SHA256`."""
+    return {
+        "DetachActorWorker.save_model_to_cpu": DetachActorWorker.save_model_to_cpu,
+        "fsdp1_sharded_save_to_cpu": fsdp_utils.fsdp1_sharded_save_to_cpu,
+        "fsdp2_sharded_save_to_cpu": fsdp_utils.fsdp2_sharded_save_to_cpu,
+    }
+
+
+def check_snapshot_pieces() -> None:
+    """Refuse a veRL whose snapshot pieces are not 0.9.1's: `GlooDetachActorWorker`'s copy is known to
+    reach every tensor of 0.9.1's snapshot only.
+
+    Raises:
+        FrameworkMismatch: naming the changed pieces.
+    """
+    changed = changed_snapshot_pieces()
+    if changed:
+        raise mismatch(
+            "veRL",
+            "verl",
+            "0.9.1",
+            f"{changed} differ from the source the CPU backend's separate_async worker copies each "
+            "old-policy snapshot of (coba_verl.cpu.workers.VERL_SNAPSHOT_SHA256); an uncopied snapshot "
+            "would follow every optimizer step",
+        )
+
+
+def changed_snapshot_pieces() -> list[str]:
+    """The pieces whose source (unwrapped, as ``inspect`` reads it) is not veRL 0.9.1's, or unreadable."""
+    changed = []
+    for name, piece in verl_snapshot_pieces().items():
+        try:
+            digest = hashlib.sha256(inspect.getsource(piece).encode()).hexdigest()
+        except (OSError, TypeError):
+            digest = None
+        if digest != VERL_SNAPSHOT_SHA256[name]:
+            changed.append(name)
+    return changed
 
 
 def init_gloo_process_group() -> None:
@@ -91,8 +149,15 @@ class GlooWorkers:
 
 def use_gloo_workers(role_worker_mapping: dict) -> None:
     """Replace every ``ActorRolloutRefWorker`` and ``DetachActorWorker`` in veRL's role -> Ray actor
-    class map, in place."""
+    class map, in place.
+
+    Raises:
+        FrameworkMismatch: a ``DetachActorWorker`` to replace, under a veRL whose snapshot is not
+            0.9.1's (`check_snapshot_pieces`).
+    """
     for role, actor_cls in list(role_worker_mapping.items()):
         gloo = GLOO_WORKERS.get(actor_python_class(actor_cls))
+        if gloo is GlooDetachActorWorker:
+            check_snapshot_pieces()
         if gloo is not None:
             role_worker_mapping[role] = ray.remote(gloo)

@@ -1,6 +1,6 @@
-"""CoBA-RL inside veRL 0.9.1's trainers: per-prompt rollout budgets in the V1 sync and colocate_async
-trainers (through ``__rollout_n__``, with or without DAPO) and in the classic ``RayPPOTrainer`` (as
-repeated rows).
+"""CoBA-RL inside veRL 0.9.1's trainers: per-prompt rollout budgets in the V1 sync, colocate_async
+and separate_async trainers (through ``__rollout_n__``, with or without DAPO) and in the classic
+``RayPPOTrainer`` (as repeated rows).
 
 Modules:
     config_bridge  ``coba`` config node -> `CobaConfig`; the refused veRL configurations.

@@ -1,10 +1,11 @@
 """Target of the ``verl.plugins`` entry point ``coba_verl``.
 
 ``import verl`` imports every ``verl.plugins`` entry point, in every process that imports veRL
-(driver, ``TaskRunnerV1`` actor, workers). Importing this module registers `CobaTrainer` and
-`CobaColocateAsyncTrainer` in veRL's trainer registry under ``trainer.v1.trainer_mode=coba_sync``
-and ``coba_colocate_async``, which is what ``TaskRunnerV1`` looks up inside its Ray actor, and
-sets the level of the ``coba_verl`` loggers (``COBA_LOGGING_LEVEL``,
+(driver, ``TaskRunnerV1`` actor, workers). Importing this module registers the three CoBA
+trainers in veRL's trainer registry, one per V1 mode (`config_bridge.COBA_MODES`): `CobaTrainer`
+as ``trainer.v1.trainer_mode=coba_sync``, `CobaColocateAsyncTrainer` as ``coba_colocate_async``
+and `CobaSeparateAsyncTrainer` as ``coba_separate_async``, which is what ``TaskRunnerV1`` looks up
+inside its Ray actor, and sets the level of the ``coba_verl`` loggers (``COBA_LOGGING_LEVEL``,
 default INFO). Nothing else is registered or patched.
 
 veRL logs plugin import errors at DEBUG level only; ``tests/verl_plugin`` checks in a fresh
@@ -14,7 +15,7 @@ interpreter that ``import verl`` leaves the trainer registered.
 import logging
 import os
 
-from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaTrainer
+from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
 # veRL sets the root logger to WARNING in every process (verl/__init__.py); coba-verl's INFO lines
 # (one per step: budgets, alpha/beta, scores) show through its handlers, as veRL's own loggers do
@@ -26,4 +27,4 @@ except ValueError:  # an unknown name must not fail the plugin's import (veRL wo
     logging.getLogger("coba_verl").setLevel(logging.INFO)
     logging.getLogger(__name__).warning("COBA_LOGGING_LEVEL=%s is not a logging level; using INFO", _LEVEL)
 
-__all__ = ["CobaColocateAsyncTrainer", "CobaTrainer"]
+__all__ = ["CobaColocateAsyncTrainer", "CobaSeparateAsyncTrainer", "CobaTrainer"]

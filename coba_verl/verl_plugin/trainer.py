@@ -1,5 +1,6 @@
 """`CobaBudgets`: CoBA-RL budgets per prompt in veRL 0.9's V1 trainers, mixed into its synchronous
-trainer (`CobaTrainer`, ``trainer_mode=sync``) and its ``colocate_async`` one (`CobaColocateAsyncTrainer`).
+trainer (`CobaTrainer`, ``trainer_mode=sync``), its ``colocate_async`` one (`CobaColocateAsyncTrainer`)
+and its ``separate_async`` one (`CobaSeparateAsyncTrainer`).
 
 Methods of veRL's trainer (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; each calls the
 original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, for both bases):

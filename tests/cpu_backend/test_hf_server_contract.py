@@ -15,7 +15,7 @@ import torch
 import verl
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from coba_verl.cpu.rollout import REQUEST_LOG_ENV, HFServer
+from coba_verl.cpu.rollout import REQUEST_LOG_ENV, HFServer, request_seed, sample_batch
 
 VLLM_SERVER = Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py"
 
@@ -42,22 +42,29 @@ def test_generate_takes_exactly_the_parameters_of_veRLs_vllm_server():
     assert ours == vllm_generate_parameters()
 
 
-@pytest.fixture
-def server(tmp_path, monkeypatch) -> HFServer:
-    monkeypatch.setenv(REQUEST_LOG_ENV, str(tmp_path))
+def tiny_model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
     cfg = Qwen2Config(
         vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=64, attn_implementation="eager",
     )  # fmt: skip
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def serve(model: torch.nn.Module, replica_rank: int, seed: int = 1) -> HFServer:
+    """An awake `HFServer` of replica ``replica_rank`` (``rollout.seed = seed``) around ``model``."""
     config = SimpleNamespace(
-        prompt_length=8, response_length=4, max_num_seqs=8, seed=1, free_cache_engine=True
+        prompt_length=8, response_length=4, max_num_seqs=8, seed=seed, free_cache_engine=True
     )
     server = HFServer.__new__(HFServer)
-    server.start(
-        config, Qwen2ForCausalLM(cfg).eval(), replica_rank=3, eos_ids=[2], pad_id=0, batch_wait_s=0.0
-    )
+    server.start(config, model, replica_rank=replica_rank, eos_ids=[2], pad_id=0, batch_wait_s=0.0)
     return server
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch) -> HFServer:
+    monkeypatch.setenv(REQUEST_LOG_ENV, str(tmp_path))
+    return serve(tiny_model(), replica_rank=3)
 
 
 def run(coroutine):
@@ -118,8 +125,6 @@ class Tripwire(torch.nn.Module):
 def test_an_abort_stops_the_decode_and_answers_with_the_tokens_drawn_so_far(server):
     import threading
 
-    from coba_verl.cpu.rollout import sample_batch
-
     abort = threading.Event()
     params = {"temperature": 1.0, "max_tokens": 4, "ignore_eos": True, "logprobs": True}
 
@@ -156,3 +161,48 @@ def test_requests_after_an_abort_wait_for_resume_generation_or_are_rejected(serv
     run(parked())
     run(rejected())
     assert server.stats()["aborted"] == 1
+
+
+def group_samples(server: HFServer, sessions: int, prompt: list[int]) -> list[list[int]]:
+    """The tokens of ``sessions`` concurrent requests for ``prompt`` (sessions of one group)."""
+    params = {"temperature": 1.0, "max_tokens": 4, "ignore_eos": True}
+
+    async def group() -> list:
+        return await asyncio.gather(*(server.generate(prompt, params, f"s{i}") for i in range(sessions)))
+
+    return [output.token_ids for output in run(group())]
+
+
+def test_a_group_split_over_two_replicas_gets_distinct_samples():
+    """veRL's router sends each session of a group to any replica: replica 1's sessions must not
+    repeat replica 0's, as two vLLM engines seeded ``rollout.seed + replica`` would not."""
+    model = tiny_model()
+    prompt = [5, 6, 7]
+    first, second = (group_samples(serve(model, replica_rank=rank), 4, prompt) for rank in (0, 1))
+    assert first != second
+    assert len({tuple(tokens) for tokens in first + second}) > len({tuple(tokens) for tokens in first})
+
+
+def test_a_replica_draws_the_same_samples_in_a_rerun_with_the_seed_plus_its_rank():
+    """One replica is reproducible: a rerun draws the same samples, and replica r under rollout.seed
+    s draws with the seeds of a server seeded s + r (vLLM's engine seed, ``vllm_async_server.py:343``),
+    so a one-replica run (r = 0) draws what it drew before the rank entered the seed."""
+    model = tiny_model()
+    prompt = [5, 6, 7]
+    rerun = [group_samples(serve(model, replica_rank=1, seed=4), 4, prompt) for _ in range(2)]
+    assert rerun[0] == rerun[1]
+
+    async def drawn(rank: int, seed: int) -> list[list[int]]:  # the seeds alone, one batch each
+        server = serve(model, replica_rank=rank, seed=seed)
+        params = {"temperature": 1.0, "max_tokens": 4, "ignore_eos": True}
+        requests = [server._make_request(prompt, dict(params)) for _ in range(4)]
+        return [out.token_ids for out in sample_batch(model, requests, 0)]
+
+    assert run(drawn(1, 4)) == run(drawn(0, 5)) == rerun[0]
+    assert run(drawn(0, 4)) != rerun[0]
+
+    async def seeds(rank: int, seed: int) -> list[int]:
+        server = serve(model, replica_rank=rank, seed=seed)
+        return [server._make_request(prompt, {"max_tokens": 4}).seed for _ in range(4)]
+
+    assert run(seeds(0, 4)) == [request_seed(4, 0, prompt, k) for k in range(4)]  # rollout.seed alone

@@ -590,9 +590,9 @@ SEPARATE_ASYNC = (
 @pytest.fixture(scope="module")
 def separate_async_run(tiny, tmp_path_factory):
     """veRL's separate_async trainer: a standalone pool of one hf server fed weights by the object-store
-    checkpoint engine, the trainer's own replica lent to generation between updates, 2 local updates
-    per weight sync; 4 steps (3 and 4 with budgets from history), a checkpoint at step 2; every request
-    and weight load in the request logs."""
+    checkpoint engine, the trainer's own replica generating only until step 1 (veRL's hybrid switch
+    off), 2 local updates per weight sync; 4 steps (3 and 4 with budgets from history), a checkpoint
+    at step 2; every request and weight load in the request logs."""
     out = tmp_path_factory.mktemp("separate-async")
     steps = train(
         tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=2", *SEPARATE_ASYNC,

@@ -11,12 +11,17 @@ reward and with the rollout correction, and must write TransferQueue once.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import inspect
+from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -204,3 +209,45 @@ def test_a_changed_veRL_advantage_pass_takes_the_after_route():
         return PPOTrainer._compute_advantage(self, batch, metrics)
 
     assert advantage_route(traced) == "after"
+
+
+def verl_method_from_source(folder: Path, old: str, new: str) -> Callable:
+    """veRL's ``PPOTrainer._compute_advantage`` as a patched veRL would ship it: its source text, with
+    ``old`` replaced by ``new``, in a class of a module file of its own (so that inspect reads it)."""
+    source = inspect.getsource(PPOTrainer.__dict__["_compute_advantage"])  # indented, as in its class
+    assert old in source
+    path = folder / "patched_trainer_base.py"
+    path.write_text("from __future__ import annotations\n\n\nclass PPOTrainer:\n" + source.replace(old, new))
+    spec = importlib.util.spec_from_file_location("patched_trainer_base", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PPOTrainer.__dict__["_compute_advantage"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "route"),
+    [
+        ("", "", "inside"),  # veRL 0.9.1's text, from another file: the digest is of the text
+        (  # one default changed, as a veRL patch release might
+            'get("norm_adv_by_std_in_grpo", True)',
+            'get("norm_adv_by_std_in_grpo", False)',
+            "after",
+        ),
+        ("# 3. compute advantages", "# 3. compute the advantages", "after"),  # a comment: still another text
+    ],
+    ids=["unchanged", "a_default_changed", "a_comment_changed"],
+)
+def test_veRLs_own_method_with_another_source_takes_the_after_route(tmp_path, monkeypatch, old, new, route):
+    """The digest decides where the method is veRL's own: a veRL whose ``_compute_advantage`` is not
+    0.9.1's text gets the after route in every CoBA trainer, though no class overrides the method."""
+    monkeypatch.setattr(
+        trainer_base.PPOTrainer, "_compute_advantage", verl_method_from_source(tmp_path, old, new)
+    )
+    assert advantage_route(PPOTrainer.__dict__["_compute_advantage"]) == route
+    for cls in (CobaTrainer, CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer):
+        bases = cls.__mro__[cls.__mro__.index(CobaBudgets) + 1 :]
+        verl_method = next(
+            base.__dict__["_compute_advantage"] for base in bases if "_compute_advantage" in base.__dict__
+        )
+        assert verl_method is PPOTrainer.__dict__["_compute_advantage"]  # veRL's own, not an override
+        assert advantage_route(verl_method) == route, cls.__name__
