@@ -396,3 +396,15 @@ def test_state_round_trip_keeps_the_open_versions():
 def test_negative_open_version_is_refused_by_value():
     with pytest.raises(CobaRefusal, match="oldest open policy version -3 is negative"):
         CapabilityTracker(4).hold_open(-3)
+
+
+def test_a_state_written_before_open_versions_resumes_with_every_version_complete():
+    a = CapabilityTracker(10, window=2)
+    a.record([0, 1], [1, 2], [2, 2], versions=[4, 5])
+    a.end_step()
+    old = {key: value for key, value in a.state_dict().items() if key != "open_from"}
+    old["version"] = 3
+    b = CapabilityTracker(10, window=2)
+    b.hold_open(4)
+    b.load_state_dict(old)
+    assert b.f_bar_versions == (4, 5) and b.f_bar == a.f_bar
