@@ -13,6 +13,8 @@ Per step (names after the ``coba/`` prefix):
                                                       budgets / under rollout.n each (prompts with history)
     alloc_time_s                                      wall time of the allocation
     F_t, F_bar, F_tilde, alpha_next, beta_next        tracker after this step (spec §3)
+    F_open_versions                                   policy versions with groups in flight, left
+                                                      out of F_bar (`CapabilityTracker.hold_open`)
     all_pass_share, all_fail_share                    observed zero-variance groups of this step
     prompt_mean_score                                 mean over prompts of each prompt's mean score
     expected_tokens[_uniform]                         sum_i B_i L_i / n sum_i L_i from the prompts'
@@ -27,6 +29,7 @@ The veRL trainer adds what the step generated and trained (docs/verl.md, "What a
     evicted_groups, evicted_rollouts, cut_rollouts, failed_rollouts   generated, not trained
     in_flight_rollouts                                submitted, no fate yet (async trainers)
     versions_behind_mean/_max, evicted_budget_mean    staleness of what was trained; B_i evicted
+    F_bar_newest_version                              the newest policy version F_bar averages
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
-_STATE_VERSION = 3
+_STATE_VERSION = 4
 _PRIOR_VERSION = -1  # the F entry of the priors: the version before the first (`set_prior`)
 _THIS_STEP = -2  # pending rollouts recorded without a version: the step that commits them
 
@@ -94,9 +94,14 @@ class CapabilityTracker:
     (the synchronous case) gets spec §3's F_t per step. A trainer whose generation runs ahead of the
     update passes each rollout's generating version: F_v = 1 - mean over prompts of their success
     rates among version v's rollouts (all that reached the tracker so far, over any number of
-    commits), and F_bar = the mean of F_v over the ``window`` newest versions that have rollouts.
-    A rollout from a version older than those k does not enter F_bar (it still enters its prompt's
-    pass rate).
+    commits), and F_bar = the mean of F_v over the ``window`` newest *complete* versions. A version
+    is complete once no rollout of it can still arrive: the trainer says which versions may still
+    gain rollouts (`hold_open`), and F_bar leaves them out until then. Rollouts of one version reach
+    the tracker in an order that depends on their outcome (under DAPO, all-pass and all-fail groups
+    are evicted as soon as they finish, groups with a reward spread wait to be trained), so an
+    incomplete F_v is biased; averaged in with a full vote, it would move F_bar by its bias. A
+    rollout from a version older than the k complete ones does not enter F_bar (it still enters its
+    prompt's pass rate).
 
     Args:
         num_prompts: Size N of the id space; ids must lie in [0, N).
@@ -119,8 +124,10 @@ class CapabilityTracker:
         self._roll = np.zeros((n, k), dtype=np.int32)  # (N, k) rollouts per appearance, 0 = empty slot
         self._appearances = np.zeros(n, dtype=np.int64)  # (N,) total appearances; ring slot = count % k
         self._length = np.full((n, k), np.nan, dtype=np.float32)  # (N, k) mean response tokens, NaN = none
-        # generating version -> (sum over prompts of their success rates, prompts), the k newest
+        # generating version -> (sum over prompts of their success rates, prompts): the k newest
+        # complete versions and every open one
         self._fail_by_version: dict[int, tuple[float, int]] = {}
+        self._open_from: int | None = None  # versions >= this may still gain rollouts (`hold_open`)
         self._steps = 0
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # ids, s, r, v
         self._pending_lengths: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, tokens) per rollout
@@ -287,8 +294,7 @@ class CapabilityTracker:
     def _commit_failure_rates(
         self, ids: np.ndarray, succ: np.ndarray, roll: np.ndarray, vers: np.ndarray
     ) -> None:
-        """Add the pending rollouts (`_pending_columns`) to F_v of the versions that generated them;
-        keep the k newest.
+        """Add the pending rollouts (`_pending_columns`) to F_v of the versions that generated them.
 
         Per (version, prompt): the prompt's success rate among that version's rollouts of this
         commit; F_v's sums gain one rate per such pair.
@@ -305,7 +311,31 @@ class CapabilityTracker:
             rates = pair_rate[pair_version == version]
             total, count = self._fail_by_version.get(version, (0.0, 0))
             self._fail_by_version[version] = (total + float(rates.sum()), count + int(rates.size))
-        for version in sorted(self._fail_by_version)[: -self.window]:
+
+    def hold_open(self, oldest: int | None) -> None:
+        """Versions >= ``oldest`` may still gain rollouts: F_bar leaves them out (class docstring).
+
+        ``None``: every version is complete (a synchronous step ends with nothing in flight). A glue
+        whose generation runs ahead of the update calls it before each `end_step` with the oldest
+        version that generated a prompt group still in flight, since a rollout is dated to a
+        version no older than its group's. The setting holds until the next call.
+
+        Raises:
+            CobaRefusal: ``oldest`` is negative (policy versions are >= 0).
+        """
+        if oldest is not None and int(oldest) < 0:
+            raise CobaRefusal(
+                f"oldest open policy version {oldest} is negative: versions are >= 0 (or None, none open)."
+            )
+        self._open_from = None if oldest is None else int(oldest)
+
+    def _complete_versions(self) -> list[int]:
+        """Versions with rollouts that no longer gain any, oldest first."""
+        return sorted(v for v in self._fail_by_version if self._open_from is None or v < self._open_from)
+
+    def _drop_old_versions(self) -> None:
+        """Keep the k newest complete versions (those F_bar averages) and every open one."""
+        for version in self._complete_versions()[: -self.window]:
             del self._fail_by_version[version]
 
     def end_step(self) -> dict[str, float]:
@@ -320,6 +350,7 @@ class CapabilityTracker:
         ids, succ, roll = _totals_by_id(*columns[:3])
         if ids.size and roll.sum() > 0:
             self._commit_failure_rates(*columns)
+        self._drop_old_versions()
         self._pending.clear()
         keep = roll > 0
         ids, succ, roll = ids[keep], succ[keep], roll[keep]
@@ -341,6 +372,7 @@ class CapabilityTracker:
         return {
             "F_t": f_t,
             "F_bar": self.f_bar,
+            "F_open_versions": float(len(self._fail_by_version) - len(self._complete_versions())),
             "F_tilde": self.f_tilde,
             "alpha": self.alpha,
             "beta": self.beta,
@@ -394,12 +426,17 @@ class CapabilityTracker:
         return self._steps
 
     @property
+    def f_bar_versions(self) -> tuple[int, ...]:
+        """The generating versions F_bar averages, oldest first: the ``window`` newest complete ones
+        (rollouts recorded without a version: the commit index from 0; the priors: -1)."""
+        return tuple(self._complete_versions()[-self.window :])
+
+    @property
     def f_bar(self) -> float:
-        """Mean of F_v over the ``window`` newest generating versions (per step when rollouts carry no
-        version: the last k F_t); NaN before the first step."""
-        if not self._fail_by_version:
-            return float("nan")
-        return float(np.mean([1.0 - total / count for total, count in self._fail_by_version.values()]))
+        """Mean of F_v over the ``window`` newest complete generating versions (per step when rollouts
+        carry no version: the last k F_t); NaN before any version is complete."""
+        rates = [self._fail_by_version[v] for v in self.f_bar_versions]
+        return float(np.mean([1.0 - total / count for total, count in rates])) if rates else float("nan")
 
     @property
     def f_tilde(self) -> float:
@@ -451,6 +488,7 @@ class CapabilityTracker:
                 [self._fail_by_version[v][0] for v in fail_versions], dtype=np.float64
             ),
             "fail_prompts": np.asarray([self._fail_by_version[v][1] for v in fail_versions], dtype=np.int64),
+            "open_from": self._open_from,
             "pending_ids": ids,
             "pending_successes": succ,
             "pending_rollouts": roll,
@@ -463,11 +501,14 @@ class CapabilityTracker:
         """Restore from :meth:`state_dict`; the window and id space must match this tracker's.
 
         A state of version 2 (a ring of the last k F_t, no generating versions) is read too: each
-        F_t becomes F_v of its step, a prior's entry that of the version before the first.
+        F_t becomes F_v of its step, a prior's entry that of the version before the first. Versions 2
+        and 3 hold no open versions (`hold_open`): every version they kept is complete.
         """
         state_version = int(state.get("version", -1))
-        if state_version not in (2, _STATE_VERSION):
-            raise ValueError(f"tracker state version {state.get('version')} is not {_STATE_VERSION} (or 2).")
+        if state_version not in (2, 3, _STATE_VERSION):
+            raise ValueError(
+                f"tracker state version {state.get('version')} is not {_STATE_VERSION} (or 2, 3)."
+            )
         for key, mine in (("num_prompts", self.num_prompts), ("window", self.window)):
             if int(state[key]) != mine:
                 raise ValueError(
@@ -492,6 +533,8 @@ class CapabilityTracker:
                     state["fail_versions"], state["fail_rate_sums"], state["fail_prompts"], strict=True
                 )
             }
+        open_from = state["open_from"] if state_version == _STATE_VERSION else None
+        self._open_from = None if open_from is None else int(open_from)
         self._pending.clear()
         self._pending_lengths.clear()
         length_ids = np.asarray(state["pending_length_ids"], dtype=np.int64)

@@ -42,6 +42,11 @@ priority): `HFServer.requests`, and, with ``COBA_HF_REQUEST_LOG=<dir>`` in the e
 JSON line per request in ``<dir>/requests-<replica>.jsonl``, between lines for the ``sleep``,
 ``wake_up`` and ``update_weights`` events, so that a test can read each replica's timeline.
 
+Decode pacing: with ``COBA_HF_DECODE_PACE_S=<seconds>`` in the environment, each decoded token of
+a batch takes at least that long (an abort cuts the wait short), so that answers are still being
+written when veRL aborts generation at a weight update: a slow engine on a tiny model, for tests of
+partial rollout. Unset or 0: decoding runs at full speed. Sampling does not depend on it.
+
 Partial rollout (``trainer.v1.trainer_mode=colocate_async``), as vLLM's server does it
 (``vllm_async_server.py:690-745, 931-1060``): ``abort_all_requests`` closes the server to new
 requests, stops the batch being decoded after its current token and answers every request in it,
@@ -58,8 +63,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -73,11 +80,14 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
 from coba_verl.decoding import kv_decode
+from coba_verl.refusal import CobaRefusal
 
 logger = logging.getLogger(__name__)
 
 #: Environment variable naming a folder where every server appends its requests (JSON lines).
 REQUEST_LOG_ENV = "COBA_HF_REQUEST_LOG"
+#: Environment variable: the least seconds one decoded token of a batch takes (module docstring).
+DECODE_PACE_ENV = "COBA_HF_DECODE_PACE_S"
 #: What ``sleep`` releases and ``wake_up`` restores (vLLM's tags).
 SLEEP_TAGS = frozenset({"weights", "kv_cache"})
 
@@ -99,6 +109,23 @@ def request_seed(base_seed: int, step: int, prompt_ids: Iterable[int], k: int) -
     on a server whose seed is ``base_seed`` (`replica_seed`)."""
     text = f"{base_seed}|{step}|{k}|{','.join(map(str, prompt_ids))}"
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def decode_pace(value: str | None) -> float:
+    """Seconds per decoded token from ``COBA_HF_DECODE_PACE_S`` (unset or empty: 0).
+
+    Raises:
+        CobaRefusal: a value that is not a finite number >= 0, named.
+    """
+    if value is None or not value.strip():
+        return 0.0
+    try:
+        pace = float(value)
+    except ValueError:
+        pace = float("nan")
+    if not math.isfinite(pace) or pace < 0:
+        raise CobaRefusal(f"{DECODE_PACE_ENV}={value!r}: the pace is a number of seconds per token >= 0.")
+    return pace
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -134,14 +161,19 @@ class _Request:
 
 @torch.no_grad()
 def sample_batch(
-    model: torch.nn.Module, requests: list[_Request], pad_id: int, abort: threading.Event | None = None
+    model: torch.nn.Module,
+    requests: list[_Request],
+    pad_id: int,
+    abort: threading.Event | None = None,
+    pace_s: float = 0.0,
 ) -> list[TokenOutput]:
     """Sample every request in one batched decode (left padding, KV cache).
 
     Row r draws its t-th token by inverse-CDF with ``u[r, t]`` from its own seeded generator, so
     a row's sample does not depend on which other requests share the batch. Once ``abort`` is set,
     decoding stops after the current token: unfinished rows answer with their tokens so far and
-    ``stop_reason="aborted"``.
+    ``stop_reason="aborted"``. ``pace_s`` > 0: each token waits that long before the next one
+    (an abort ends the wait).
     """
     r = len(requests)
     width = max(len(q.prompt_ids) for q in requests)
@@ -184,6 +216,11 @@ def sample_batch(
                 done[i] = True
         if bool(done.all()):
             break
+        if pace_s > 0:
+            if abort is None:
+                time.sleep(pace_s)
+            else:
+                abort.wait(pace_s)
         logits = decoder.send(torch.where(done, torch.full_like(nxt, pad_id), nxt))
     return [
         TokenOutput(
@@ -259,6 +296,7 @@ class HFServer:
         self.requests: list[dict[str, Any]] = []  # every generate call, in arrival order
         folder = os.environ.get(REQUEST_LOG_ENV)
         self._log_path = os.path.join(folder, f"requests-{replica_rank}.jsonl") if folder else None
+        self.decode_pace_s = decode_pace(os.environ.get(DECODE_PACE_ENV))
 
     # ------------------------------------------------------------------ generation
     async def generate(
@@ -356,7 +394,9 @@ class HFServer:
             limit = max(1, int(self.config.max_num_seqs))
             batch, self._pending = self._pending[:limit], self._pending[limit:]
             try:
-                outputs = await asyncio.to_thread(sample_batch, self.model, batch, self.pad_id, self._abort)
+                outputs = await asyncio.to_thread(
+                    sample_batch, self.model, batch, self.pad_id, self._abort, self.decode_pace_s
+                )
             except Exception as exc:  # hand the failure to every waiting caller
                 for request in batch:
                     request.future.set_exception(exc)

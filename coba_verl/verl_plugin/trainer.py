@@ -26,10 +26,12 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
                              failed sessions and for an engine that ignores budgets), and what the
                              step trains is counted (`trained_cost`).
 ``step``                     veRL's step, then the step's ledger closed (`RolloutLedger.close_step`:
-                             in the sync trainer a group still open failed), ``allocator.end_step()``
-                             (windows, F_bar, alpha/beta for the next step) and the ``coba/``
-                             metrics. ``fit()`` writes the checkpoint after ``step`` returns, so
-                             data.pt holds the updated tracker and the unsubmitted rest of the round.
+                             in the sync trainer a group still open failed), the versions of the
+                             groups still in flight held open in the tracker (`CapabilityTracker.
+                             hold_open`), ``allocator.end_step()`` (windows, F_bar, alpha/beta for
+                             the next step) and the ``coba/`` metrics. ``fit()`` writes the
+                             checkpoint after ``step`` returns, so data.pt holds the updated
+                             tracker and the unsubmitted rest of the round.
 ``_load_checkpoint``         veRL's resume; in ``colocate_async`` the prompt groups restored from
                              TransferQueue reopen in the ledger, in flight, counted once.
 ``_reissue_inflight_prompts`` veRL's re-issue; the ledger dates the re-issued groups to this step.
@@ -38,6 +40,9 @@ Each trainer class also mixes in two things that are not about budgets, each fro
 step's readable line and a validation progress bar (`progress.ProgressLines`: ``_compute_metrics``,
 ``on_validate_begin/_end``), and the CPU backend's gloo workers (`coba_verl.cpu.workers.GlooWorkers`:
 ``_init_resource_pool_mgr``, a no-op unless ``coba_cpu.enable``).
+
+Each scored session is dated to the weights that finished it (`session_versions`): under partial
+rollout an answer aborted at a weight update is resumed, with its tokens, under the new weights.
 
 Every session's fate is written once, in the ledger (`coba_verl.records.ledger`): trained
 (``_compute_advantage``), cut (the buffer's ``on_trim``), evicted (the buffer's ``on_clear``, before
@@ -88,7 +93,7 @@ from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
 from coba_verl.verl_plugin.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.progress import ProgressLines
 from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
-from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, uid_of
+from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, split_key, uid_of
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +158,43 @@ def ledger_metrics(tally: StepTally) -> dict[str, float]:
     if tally.evicted_budgets:
         metrics[PREFIX + "evicted_budget_mean"] = float(np.mean(tally.evicted_budgets))
     return metrics
+
+
+def session_versions(
+    groups: Mapping[str, Mapping[int, str]], tags: Mapping[str, Mapping]
+) -> dict[tuple[str, int], int]:
+    """The policy version that finished each session of ``groups`` (``uid -> {session: final key}``),
+    from its outputs' trajectory tags (``key -> tag``): ``(uid, session) -> max_global_steps + 1``,
+    the newest over the session's outputs; sessions whose tags carry no ``max_global_steps`` are left out
+    (they are of their group's version).
+
+    Which version: veRL's server keeps, per request, the weight versions it was generated across
+    (``min_global_steps`` / ``max_global_steps``, ``verl/workers/rollout/llm_server.py:281-349``): an
+    answer aborted at a weight update and resumed with its tokens spans two. It is dated to the
+    newest, the weights that wrote its end and so the answer the reward scores: F_v is the failure
+    rate of policy v (spec §3, F_t "the step's" failure rate), and the allocation that F_bar drives
+    serves the newest policy, so an answer the newer weights finished is evidence about them, not
+    about the weights that only began it. It is also veRL's own primary staleness
+    (``trajectory_staleness``, ``trainer_base.py:1968-1979``), which counts from ``max_global_steps``.
+
+    Numbering: veRL loads the weights trained at step t as version t (``update_weights(global_steps)``
+    at the step's end: ``trainer_sync.py:38``, ``trainer_colocate_async.py:40``,
+    ``trainer_separate_async.py:382``), and they serve the prompts submitted at step t + 1, which the
+    ledger dates t + 1. So weights w date a session w + 1, and a session generated entirely under its
+    submission's weights keeps its group's version; versions behind = the update's step minus this
+    is veRL's ``trajectory_staleness = (global_steps - 1) - max_global_steps`` (``trainer_base.py:1979``).
+
+    ``{"a": {0: "a_0_1"}}`` with tags a_0_0 (max_global_steps 2), a_0_1 (3) -> ``{("a", 0): 4}``.
+    """
+    newest: dict[tuple[str, int], int] = {}
+    for key, tag in tags.items():
+        weights = tag.get("max_global_steps")
+        if weights is None or tag.get("is_padding", False):
+            continue
+        uid, session, _ = split_key(key)
+        if uid in groups and session in groups[uid]:
+            newest[uid, session] = max(newest.get((uid, session), int(weights)), int(weights))
+    return {pair: weights + 1 for pair, weights in newest.items()}
 
 
 def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict[str, int]:
@@ -325,7 +367,12 @@ class CobaBudgets:
             )
             self.ledger.fail_open()
         tally = self.ledger.close_step()
+        # F_bar waits for every version a group still in flight may add sessions to (its own on)
+        self.allocator.tracker.hold_open(self.ledger.oldest_open_version)
         tracker_metrics = self.allocator.end_step()
+        averaged = self.allocator.tracker.f_bar_versions
+        if averaged:
+            tracker_metrics[PREFIX + "F_bar_newest_version"] = float(averaged[-1])
         if self._allocations:
             metrics.update(step_metrics(merge_allocations(self._allocations), tracker_metrics))
         else:  # a DAPO step that only submitted the rest of an earlier round
@@ -425,9 +472,10 @@ class CobaBudgets:
         """Give ``fate`` to each group's finished sessions in the ledger, and score them into the tracker.
 
         One score per session (its final output's summed ``rm_scores``), one length (its response
-        tokens over its outputs) and the policy version that generated it (its group's, in the
-        ledger), so that F_bar follows generating versions in the async trainers. With ``close`` the
-        groups leave the ledger, their unfinished sessions failed.
+        tokens over its outputs) and the policy version that finished it (`session_versions`; its
+        group's where the tags carry none), given to the ledger and the tracker alike, so that F_bar
+        follows generating versions in the async trainers. With ``close`` the groups leave the
+        ledger, their unfinished sessions failed.
 
         Args:
             groups: ``uid -> {session: key of its final output}`` of open groups.
@@ -438,12 +486,24 @@ class CobaBudgets:
         """
         keys = [key for sessions in groups.values() for key in sessions.values()]
         ids = [self.ledger.prompt_of(uid) for uid, sessions in groups.items() for _ in sessions]
-        versions = [self.ledger.groups[uid].version for uid, sessions in groups.items() for _ in sessions]
         lengths = session_tokens(groups, tags)  # (R,) in the order of keys
+        finished_by = session_versions(groups, tags)
+        versions = []  # (R,) generating version of each session, in the order of keys
         position = 0
         for uid, sessions in groups.items():
             tokens = dict(zip(sessions, lengths[position : position + len(sessions)].tolist(), strict=True))
-            self.ledger.settle(uid, tokens, fate, close=close, version=self.global_steps)
+            dated = {s: finished_by[uid, s] for s in sessions if (uid, s) in finished_by}
+            submitted = self.ledger.groups[uid].version
+            if dated and min(dated.values()) < submitted:
+                logger.warning(
+                    "prompt group %s, submitted at step %d, has sessions finished by weights of step %d: "
+                    "veRL numbers its weight versions unlike 0.9.1 (session_versions)",
+                    uid, submitted, min(dated.values()) - 1,
+                )  # fmt: skip
+            record = self.ledger.settle(
+                uid, tokens, fate, close=close, version=self.global_steps, generated_by=dated
+            )
+            versions.extend(record.generated_by[s] for s in sessions)
             position += len(sessions)
         if keys:
             data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])

@@ -7,6 +7,7 @@ import pytest
 
 from coba_verl.core.capability import beta_shape, psi
 from coba_verl.core.tracker import CapabilityTracker, pass_rate_records, scores_to_successes
+from coba_verl.refusal import CobaRefusal
 
 
 def test_window_of_one_keeps_only_the_last_appearance():
@@ -303,3 +304,107 @@ def test_a_state_written_before_versions_resumes_with_the_same_f_bar_and_next_st
         for t in (new, resumed):
             t.record(ids, succ, roll)
         assert resumed.end_step() == pytest.approx(new.end_step())
+
+
+# ---------------------------------------------------------------------- versions still in flight
+def _async_dapo_run(seed: int, versions: int = 10, prompts: int = 16):
+    """Groups of an asynchronous DAPO run, each ``(version, prompt id, successes, budget, arrival)``:
+    version v submits ``prompts`` groups; all-pass and all-fail groups are evicted (and scored) at the
+    step that generated them, groups with a reward spread are trained one or two steps later."""
+    rng = np.random.default_rng(seed)
+    groups = []
+    for version in range(1, versions + 1):
+        p = rng.beta(0.6, 0.6, size=prompts)  # many prompts near 0 or 1, as in a math set
+        budgets = rng.integers(2, 9, size=prompts)
+        for j in range(prompts):
+            successes = int(rng.binomial(budgets[j], p[j]))
+            settled_now = successes in (0, budgets[j])
+            arrival = version if settled_now else version + int(rng.integers(1, 3))
+            groups.append((version, version * prompts + j, successes, int(budgets[j]), arrival))
+    return groups
+
+
+def _complete_f_bar(groups, step: int, window: int) -> float:
+    """F_bar over the ``window`` newest versions all of whose groups, and all older ones', have
+    arrived by ``step``; F_v = 1 - mean over the version's groups of successes / budget. Plain loops."""
+    complete = []
+    for version in sorted({g[0] for g in groups}):
+        if all(g[4] <= step for g in groups if g[0] <= version):
+            complete.append(version)
+    failure = []
+    for version in complete[-window:]:
+        rates = [g[2] / g[3] for g in groups if g[0] == version]
+        failure.append(1.0 - sum(rates) / len(rates))
+    return sum(failure) / len(failure) if failure else float("nan")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_f_bar_counts_a_version_once_all_its_groups_are_scored_under_async_dapo(seed):
+    """All-pass and all-fail groups of the newest version reach the tracker first; with that version
+    held open until its groups with a reward spread are trained, F_bar is the mean of complete F_v.
+    Averaging the partial newest version in (no version held open) misses it."""
+    groups = _async_dapo_run(seed)
+    held, naive = CapabilityTracker(200, window=3), CapabilityTracker(200, window=3)
+    missed = 0.0
+    for step in range(1, 11):
+        arrived = [g for g in groups if g[4] == step]
+        for tracker in (held, naive):
+            for version, prompt, successes, budget, _ in arrived:
+                tracker.record([prompt], [successes], [budget], versions=version)
+        in_flight = [g[0] for g in groups if g[4] > step and g[0] <= step]
+        held.hold_open(min(in_flight) if in_flight else None)
+        held.end_step()
+        naive.end_step()
+        truth = _complete_f_bar(groups, step, window=3)
+        if np.isnan(truth):
+            assert np.isnan(held.f_bar)
+        else:
+            assert held.f_bar == pytest.approx(truth)
+            missed = max(missed, abs(naive.f_bar - truth))
+    assert missed > 0.02  # the scenario does bias a full vote for the newest, partial version
+
+
+def test_an_open_version_keeps_all_its_rollouts_and_joins_f_bar_once_complete():
+    t = CapabilityTracker(10, window=2)
+    for version in (1, 2, 3):
+        t.record([version], [version - 1], [2], versions=version)  # F_v = 1 - (v - 1) / 2
+    t.hold_open(2)  # a group of version 2 is still in flight
+    out = t.end_step()
+    assert t.f_bar_versions == (1,) and t.f_bar == pytest.approx(1.0)
+    assert out["F_bar"] == t.f_bar and out["F_open_versions"] == 2
+    t.record([4], [0], [2], versions=2)  # version 2's last group: rates 0.5 and 0.0
+    t.hold_open(None)
+    t.end_step()
+    assert t.f_bar_versions == (2, 3)
+    assert t.f_bar == pytest.approx(((1 - 0.25) + (1 - 1.0)) / 2)
+
+
+def test_state_round_trip_keeps_the_open_versions():
+    a = CapabilityTracker(10, window=2)
+    a.record([0, 1], [1, 2], [2, 2], versions=[4, 5])
+    a.hold_open(5)
+    a.end_step()
+    b = CapabilityTracker(10, window=2)
+    b.load_state_dict(a.state_dict())
+    assert b.f_bar_versions == a.f_bar_versions == (4,) and b.f_bar == a.f_bar
+    for t in (a, b):
+        t.record([2], [0], [2], versions=5)
+        t.end_step()
+    assert a.f_bar_versions == b.f_bar_versions == (4,)  # 5 stays open until told otherwise
+
+
+def test_negative_open_version_is_refused_by_value():
+    with pytest.raises(CobaRefusal, match="oldest open policy version -3 is negative"):
+        CapabilityTracker(4).hold_open(-3)
+
+
+def test_a_state_written_before_open_versions_resumes_with_every_version_complete():
+    a = CapabilityTracker(10, window=2)
+    a.record([0, 1], [1, 2], [2, 2], versions=[4, 5])
+    a.end_step()
+    old = {key: value for key, value in a.state_dict().items() if key != "open_from"}
+    old["version"] = 3
+    b = CapabilityTracker(10, window=2)
+    b.hold_open(4)
+    b.load_state_dict(old)
+    assert b.f_bar_versions == (4, 5) and b.f_bar == a.f_bar

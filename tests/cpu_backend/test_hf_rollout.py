@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from coba_verl.cpu.rollout import _Request, filter_logits, request_seed, sample_batch
+from coba_verl.cpu.rollout import _Request, decode_pace, filter_logits, request_seed, sample_batch
+from coba_verl.refusal import CobaRefusal
 
 EOS, PAD = 2, 0
 
@@ -73,3 +76,29 @@ def test_repeated_requests_for_one_prompt_get_distinct_seeds():
     seeds = {request_seed(0, 1, [5, 6, 7], k) for k in range(64)}
     assert len(seeds) == 64
     assert request_seed(0, 2, [5, 6, 7], 0) != request_seed(0, 1, [5, 6, 7], 0)  # a new weight version
+
+
+def test_decode_pacing_keeps_the_samples_and_an_abort_cuts_its_wait_short(model):
+    """A paced decode draws the same tokens; an abort during a token's wait answers at once with the
+    tokens so far (what veRL's partial rollout resumes from)."""
+    free = sample_batch(model, [request([5, 6, 7], seed=4, stop_ids=frozenset())], PAD)[0]
+    paced = sample_batch(model, [request([5, 6, 7], seed=4, stop_ids=frozenset())], PAD, pace_s=0.01)[0]
+    assert paced.token_ids == free.token_ids and len(free.token_ids) == 6
+    abort = threading.Event()
+    threading.Timer(0.3, abort.set).start()
+    start = time.monotonic()
+    cut = sample_batch(model, [request([5, 6, 7], seed=4, stop_ids=frozenset())], PAD, abort, pace_s=60.0)[0]
+    assert time.monotonic() - start < 30  # not the 5 x 60 s of paced tokens
+    assert cut.stop_reason == "aborted" and cut.token_ids == free.token_ids[:1]
+
+
+@pytest.mark.parametrize("value", ["-1", "fast", "nan", "inf"])
+def test_a_decode_pace_that_is_not_seconds_is_refused_by_value(value):
+    with pytest.raises(
+        CobaRefusal, match=f"COBA_HF_DECODE_PACE_S='{value}': the pace is a number of seconds"
+    ):
+        decode_pace(value)
+
+
+def test_an_unset_decode_pace_decodes_at_full_speed():
+    assert decode_pace(None) == decode_pace("") == 0.0 and decode_pace("0.25") == 0.25

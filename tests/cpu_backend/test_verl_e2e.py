@@ -540,15 +540,26 @@ def test_gpu_layout_variants_send_the_same_sampling_parameters_and_train_uniform
             assert {key: s[key] for key in LAYOUT_UNIFORM_STEP} == LAYOUT_UNIFORM_STEP
 
 
+#: Seconds each decoded token takes in the colocate_async run, whose server decodes 16 requests at a
+#: time: the round generated ahead (64 requests, 4 batches of about a second each) is still being
+#: written when veRL, polling every 2 s, has the round it trains and aborts generation for the
+#: update; its answers are resumed, with their tokens, under the new weights.
+DECODE_PACE_S = "0.25"
+
+
 @pytest.fixture(scope="module")
 def colocate_async_run(tiny, tmp_path_factory):
     """veRL's colocate_async trainer with the hf server's partial rollout, 4 steps (3 and 4 with
-    budgets from history), one warm-up batch; every request and abort in the request log."""
+    budgets from history), one warm-up batch, answers of up to 16 tokens decoded 16 at a time at
+    `DECODE_PACE_S` a token; every request and abort in the request log."""
+    from coba_verl.cpu.rollout import DECODE_PACE_ENV, REQUEST_LOG_ENV
+
     out = tmp_path_factory.mktemp("colocate-async")
     steps = train(
         tiny, out, "trainer.total_training_steps=4", "trainer.save_freq=-1",
         "trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1",
-        env={"COBA_HF_REQUEST_LOG": str(out)},
+        "data.max_response_length=16", "actor_rollout_ref.rollout.max_num_seqs=16",
+        env={REQUEST_LOG_ENV: str(out), DECODE_PACE_ENV: DECODE_PACE_S},
     )  # fmt: skip
     return out, steps
 
@@ -579,6 +590,37 @@ def test_colocate_async_trains_m_times_n_rollouts_an_update_on_the_hf_servers_pa
         for line in log.read_text().splitlines()
     ]
     assert events.count("abort") >= 4 and events.count("resume_generation") >= 3  # one per update
+
+
+def test_colocate_async_answers_cross_weight_versions_and_are_dated_to_the_weights_that_finished_them(
+    colocate_async_run,
+):
+    """Answers aborted at an update are sent again with their tokens and finished by the next
+    weights (veRL's trajectory spans > 1). The ledger dates each trained session to the weights that
+    finished it (the tags' max_global_steps), so its versions behind are veRL's trajectory staleness,
+    which veRL computes from the same tags, for every update; dated to their submission, they
+    would be veRL's worst-case staleness instead."""
+    out, steps = colocate_async_run
+    assert max(s["training/off_policy/trajectory_spans/max"] for s in steps) > 1
+    prompts = [
+        tuple(entry["prompt_ids"])
+        for log in out.glob("requests-*.jsonl")
+        for entry in map(json.loads, log.read_text().splitlines())
+        if "request_id" in entry
+    ]
+    sent, lengths = set(prompts), {len(p) for p in prompts}
+    resumed = [p for p in prompts if any(p[:n] in sent for n in lengths if n < len(p))]
+    assert resumed  # a request whose prompt is an earlier request's prompt plus its answer so far
+    for s in steps:
+        assert s["coba/versions_behind_max"] == s["training/off_policy/trajectory_staleness/max"]
+        assert s["coba/versions_behind_mean"] == pytest.approx(
+            s["training/off_policy/trajectory_staleness/mean"]
+        )
+    assert any(
+        s["training/off_policy/trajectory_staleness/mean"]
+        != s["training/off_policy/trajectory_staleness_worst/mean"]
+        for s in steps
+    )  # some trained answer did span versions: the two datings differ
 
 
 SEPARATE_ASYNC = (

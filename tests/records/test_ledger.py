@@ -86,6 +86,40 @@ def test_groups_in_flight_carry_over_and_report_how_many_versions_behind_they_ar
     assert sorted(second.versions_behind) == [0, 0, 2, 2, 2, 2]
 
 
+def test_sessions_a_later_version_finished_are_dated_to_it_and_trained_fewer_versions_behind():
+    """Partial rollout: sessions 1 and 2 of a group submitted under version 2 were aborted at the
+    update and finished by version 3; their versions behind count from 3."""
+    ledger = RolloutLedger()
+    ledger.open_group("g", prompt_id=0, budget=4, version=2)
+    ledger.settle("g", {3: 5}, Fate.CUT)
+    group = ledger.settle(
+        "g", {0: 4, 1: 9, 2: 8}, Fate.TRAINED, close=True, version=4, generated_by={1: 3, 2: 3}
+    )
+    assert group.generated_by == {0: 2, 1: 3, 2: 3, 3: 2}
+    assert sorted(ledger.close_step().versions_behind) == [1, 1, 2]
+
+
+def test_a_version_for_a_session_not_being_settled_is_refused():
+    ledger = RolloutLedger()
+    ledger.open_group("g", prompt_id=0, budget=2, version=1)
+    with pytest.raises(LedgerError, match=r"uid=g: versions given for sessions \[1\]"):
+        ledger.settle("g", {0: 3}, Fate.TRAINED, generated_by={1: 2})
+
+
+def test_versions_from_the_oldest_open_groups_on_are_incomplete():
+    ledger = RolloutLedger()
+    assert ledger.oldest_open_version is None
+    ledger.open_group("a", prompt_id=0, budget=2, version=3)
+    ledger.open_group("b", prompt_id=1, budget=2, version=4)
+    assert ledger.oldest_open_version == 3
+    ledger.settle("a", {0: 1, 1: 1}, Fate.EVICTED, close=True)
+    assert ledger.oldest_open_version == 4
+    ledger.settle("b", {0: 1}, Fate.CUT)  # a session scored, the group still open
+    assert ledger.oldest_open_version == 4
+    ledger.settle("b", {1: 1}, Fate.TRAINED, close=True)
+    assert ledger.oldest_open_version is None
+
+
 def test_fail_open_fails_every_session_still_in_flight():
     ledger = RolloutLedger()
     ledger.open_group("a", prompt_id=0, budget=3, version=0)

@@ -1055,29 +1055,49 @@ def test_colocate_async_ledger_balances_with_groups_in_flight_across_steps(async
 
 
 def test_colocate_async_scores_reach_the_tracker_with_the_version_that_generated_them(async_coba):
-    """Each scored rollout carries the step that submitted its prompt (never a later one), some are
-    older than the update that scores them, and the logged F_bar is the mean over the window's newest
-    generating versions of F_v = 1 - mean over prompts of their success rates (spec §3, per version)."""
+    """Each scored rollout carries the step that submitted its prompt (the scripted answers are
+    generated under one version each), and some are older than the update that scores them."""
     trainer = async_coba.trainer
     submitted: dict[int, set[int]] = {}
     for submission in async_coba.manager.submissions:
         for prompt_id in trainer.train_dataloader.prompt_ids.ids(submission["index"]).tolist():
             submitted.setdefault(prompt_id, set()).add(submission["step"])
-    rate_sums: dict[int, list[float]] = {}
-    for step in range(1, STEPS + 1):
-        calls = [call for call in async_coba.observed if call[0] == step]
-        ids = np.concatenate([c[1] for c in calls])
-        successes = np.concatenate([c[2] for c in calls]) == 1.0
-        versions = np.concatenate([c[3] for c in calls])
+    for step, ids, _, versions in async_coba.observed:
         pairs = zip(ids.tolist(), versions.tolist(), strict=True)
         assert all(version in submitted[prompt_id] and version <= step for prompt_id, version in pairs)
-        for version, prompt_id in set(zip(versions.tolist(), ids.tolist(), strict=True)):
-            rows = (versions == version) & (ids == prompt_id)
-            rate_sums.setdefault(version, []).append(float(successes[rows].mean()))
-        newest = sorted(rate_sums)[-trainer.allocator.tracker.window :]
-        f_bar = np.mean([1.0 - np.mean(rate_sums[v]) for v in newest])
-        assert async_coba.logged[step]["coba/F_bar"] == pytest.approx(f_bar)
     assert any(v < c[0] for c in async_coba.observed for v in c[3].tolist())  # generation ran ahead
+
+
+def test_colocate_async_f_bar_averages_the_newest_complete_versions_of_the_scripted_rewards(async_coba):
+    """F_v from the rewards the script gives every session a version's submissions drew: 1 - the mean
+    over its prompts of their success rates (spec §3). The logged F_bar is, at every step, the mean
+    of F_v over the window's newest complete versions, never one that the groups hung at step 4 keep
+    open; once those are the only groups of an old version still in flight, every version before
+    step 4 has joined it."""
+    hang_step = 4  # async_coba's
+    rewards: dict[int, dict[int, list[float]]] = {}  # version (submission step) -> index -> rewards
+    for submission in async_coba.manager.submissions:
+        version = submission["step"]
+        for index, budget in zip(submission["index"], submission["budgets"], strict=True):
+            drawn = [scripted_reward(index, session, version) for session in range(budget)]
+            rewards.setdefault(version, {}).setdefault(index, []).extend(drawn)
+    failure = {
+        version: 1.0 - sum(sum(r) / len(r) for r in by_index.values()) / len(by_index)
+        for version, by_index in rewards.items()
+    }
+    window = async_coba.trainer.allocator.tracker.window
+    newest_before = 0
+    for step in range(1, STEPS + 1):
+        logged = async_coba.logged[step]
+        if "coba/F_bar" not in logged:  # no version complete yet (NaN is not logged)
+            assert newest_before == 0
+            continue
+        newest = int(logged["coba/F_bar_newest_version"])
+        assert newest_before <= newest <= step and newest < hang_step
+        averaged = [version for version in sorted(failure) if version <= newest][-window:]
+        assert logged["coba/F_bar"] == pytest.approx(sum(failure[v] for v in averaged) / len(averaged))
+        newest_before = newest
+    assert newest_before == hang_step - 1
 
 
 def test_colocate_async_uniform_keeps_veRLs_sampling_by_groups(async_uniform):
