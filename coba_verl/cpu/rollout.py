@@ -47,6 +47,12 @@ a batch takes at least that long (an abort cuts the wait short), so that answers
 written when veRL aborts generation at a weight update: a slow engine on a tiny model, for tests of
 partial rollout. Unset or 0: decoding runs at full speed. Sampling does not depend on it.
 
+Injected failures: with ``COBA_HF_FAIL_RATE=<p>`` in the environment, each request fails with
+probability p (a `RuntimeError` from ``generate``, as an engine error reaches veRL's agent loop, which
+then marks the session's group ``failure``), drawn from the request's own seed (`injected_failure`),
+so a rerun fails the same requests. For tests and benches of what a run does with failed sessions.
+Unset or 0: no request fails.
+
 Partial rollout (``trainer.v1.trainer_mode=colocate_async``), as vLLM's server does it
 (``vllm_async_server.py:690-745, 931-1060``): ``abort_all_requests`` closes the server to new
 requests, stops the batch being decoded after its current token and answers every request in it,
@@ -88,6 +94,8 @@ logger = logging.getLogger(__name__)
 REQUEST_LOG_ENV = "COBA_HF_REQUEST_LOG"
 #: Environment variable: the least seconds one decoded token of a batch takes (module docstring).
 DECODE_PACE_ENV = "COBA_HF_DECODE_PACE_S"
+#: Environment variable: the probability that a request fails (module docstring).
+FAIL_RATE_ENV = "COBA_HF_FAIL_RATE"
 #: What ``sleep`` releases and ``wake_up`` restores (vLLM's tags).
 SLEEP_TAGS = frozenset({"weights", "kv_cache"})
 
@@ -126,6 +134,32 @@ def decode_pace(value: str | None) -> float:
     if not math.isfinite(pace) or pace < 0:
         raise CobaRefusal(f"{DECODE_PACE_ENV}={value!r}: the pace is a number of seconds per token >= 0.")
     return pace
+
+
+def fail_rate(value: str | None) -> float:
+    """The probability of an injected failure from ``COBA_HF_FAIL_RATE`` (unset or empty: 0).
+
+    Raises:
+        CobaRefusal: a value that is not a number in [0, 1), named.
+    """
+    if value is None or not value.strip():
+        return 0.0
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = float("nan")
+    if not 0.0 <= rate < 1.0:
+        raise CobaRefusal(f"{FAIL_RATE_ENV}={value!r}: the failure rate is a probability in [0, 1).")
+    return rate
+
+
+def injected_failure(seed: int, rate: float) -> bool:
+    """Whether the request of sampling seed ``seed`` (`request_seed`) fails at failure rate ``rate``:
+    u < rate, u uniform in [0, 1) from a hash of the seed apart from the one sampling uses."""
+    if rate <= 0.0:
+        return False
+    digest = hashlib.blake2b(f"fail|{seed}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2.0**64 < rate
 
 
 def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -297,6 +331,8 @@ class HFServer:
         folder = os.environ.get(REQUEST_LOG_ENV)
         self._log_path = os.path.join(folder, f"requests-{replica_rank}.jsonl") if folder else None
         self.decode_pace_s = decode_pace(os.environ.get(DECODE_PACE_ENV))
+        self.fail_rate = fail_rate(os.environ.get(FAIL_RATE_ENV))
+        self.failed_requests = 0
 
     # ------------------------------------------------------------------ generation
     async def generate(
@@ -315,7 +351,8 @@ class HFServer:
 
         Raises:
             ValueError: image, video or audio data, or KV-transfer parameters (text-only, one stage).
-            RuntimeError: a request while the weights or the KV cache are asleep.
+            RuntimeError: a request while the weights or the KV cache are asleep, or a request
+                drawn to fail under ``COBA_HF_FAIL_RATE``.
         """
         if any(x is not None for x in (image_data, video_data, audio_data, mm_processor_kwargs)):
             raise ValueError("the hf rollout serves text-only models; got image/video/audio data")
@@ -332,6 +369,12 @@ class HFServer:
             )
         self._record(prompt_ids, sampling_params, request_id, priority)
         request = self._make_request(list(map(int, prompt_ids)), dict(sampling_params))
+        if injected_failure(request.seed, self.fail_rate):
+            self.failed_requests += 1
+            self._log({"event": "failed", "replica": self.replica_rank, "request_id": str(request_id)})
+            raise RuntimeError(
+                f"replica {self.replica_rank}: request {request_id} failed ({FAIL_RATE_ENV}={self.fail_rate})"
+            )
         self._pending.append(request)
         if self._serving is None or self._serving.done():
             self._serving = asyncio.get_running_loop().create_task(self._serve())
@@ -446,6 +489,7 @@ class HFServer:
             "global_steps": self.global_steps,
             "asleep": sorted(self.asleep),
             "aborted": self.aborted_requests,
+            "failed": self.failed_requests,
         }
 
     # ------------------------------------------------------------------ engine control (no device memory)

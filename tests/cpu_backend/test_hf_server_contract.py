@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import verl
@@ -206,3 +207,47 @@ def test_a_replica_draws_the_same_samples_in_a_rerun_with_the_seed_plus_its_rank
         return [server._make_request(prompt, {"max_tokens": 4}).seed for _ in range(4)]
 
     assert run(seeds(0, 4)) == [request_seed(4, 0, prompt, k) for k in range(4)]  # rollout.seed alone
+
+
+def test_injected_failures_fail_the_requests_their_seeds_draw_and_a_rerun_fails_the_same(
+    tmp_path, monkeypatch
+):
+    """``COBA_HF_FAIL_RATE``: a request fails with an engine error (what veRL's agent loop turns into
+    a failed group) when `injected_failure` draws it from the request's seed; the rate is met over
+    many requests, a rerun fails the same ones, and each failure is in the request log."""
+    from coba_verl.cpu.rollout import FAIL_RATE_ENV, injected_failure
+
+    monkeypatch.setenv(FAIL_RATE_ENV, "0.3")
+    monkeypatch.setenv(REQUEST_LOG_ENV, str(tmp_path))
+    params = {"temperature": 1.0, "max_tokens": 1}
+
+    def outcomes(server: HFServer) -> list[bool]:
+        failed = []
+        for k in range(40):
+            try:
+                run(server.generate([5, 6], dict(params), f"r{k}"))
+                failed.append(False)
+            except RuntimeError as error:
+                assert "COBA_HF_FAIL_RATE=0.3" in str(error)
+                failed.append(True)
+        return failed
+
+    model = tiny_model()
+    first = outcomes(serve(model, replica_rank=0))
+    expected = [injected_failure(request_seed(1, 0, [5, 6], k), 0.3) for k in range(40)]
+    assert first == expected and 4 <= sum(first) <= 20  # 12 expected of 40
+    assert outcomes(serve(model, replica_rank=0)) == first
+    log = [json.loads(line) for line in (tmp_path / "requests-0.jsonl").read_text().splitlines()]
+    assert sum(line.get("event") == "failed" for line in log) == 2 * sum(first)
+    many = [injected_failure(request_seed(1, 0, [5], k), 0.3) for k in range(4000)]
+    assert abs(np.mean(many) - 0.3) < 0.03
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "often", "nan"])
+def test_a_failure_rate_that_is_not_a_probability_is_refused_by_value(value):
+    from coba_verl.cpu.rollout import fail_rate
+    from coba_verl.refusal import CobaRefusal
+
+    with pytest.raises(CobaRefusal, match=f"COBA_HF_FAIL_RATE='{value}': the failure rate"):
+        fail_rate(value)
+    assert fail_rate(None) == fail_rate("") == 0.0
