@@ -232,6 +232,15 @@ def test_a_data_file_the_data_check_faults_is_refused_in_one_line_before_ray(tmp
     assert "python -m coba_verl.data check" in line
 
 
+def test_an_async_trainer_veRL_would_stop_inside_ray_is_refused_in_one_line_before_ray(tmp_path):
+    """The tiny recipe under separate_async as it stands: veRL's default of 4 local updates does not
+    fit 16 prompts in mini-batches of 8, and veRL's default rollout pool is empty."""
+    line = refusal_line(launch_with_data(tmp_path, "trainer.v1.trainer_mode=separate_async"))
+    assert line.startswith("coba-verl: trainer.v1.trainer_mode=separate_async cannot start with this config")
+    fix = "trainer.v1.separate_async.parameter_sync_step=2 actor_rollout_ref.rollout.nnodes=1"
+    assert line.endswith(f"To launch it, set: {fix}.")
+
+
 def test_notes_are_said_once_a_launch_and_a_plugin_refusal_is_one_line(tmp_path):
     """The driver checks the config twice (before and after veRL's device setup); the second check,
     like the trainer's inside Ray, says nothing again. The plugin check comes last, still before Ray."""
