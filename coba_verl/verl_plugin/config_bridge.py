@@ -6,6 +6,10 @@ trainer.v1.trainer_mode=coba_sync`` route is guarded too). Every refusal says wh
 Its notes (the UserWarning of a knob the strategy ignores, the INFO line on ``loss_agg_mode``) are
 said by the first check of a config only: it marks the config (`CHECKED_KEY`), which travels to
 veRL's TaskRunner with it, and a marked config is checked in silence.
+
+The asynchronous V1 modes are checked for what veRL's own trainers would stop on once Ray and
+TransferQueue run (`check_async_start`): the conditions of veRL 0.9.1's code, each checked while
+that code's source digest is 0.9.1's (`VERL_START_CODE`), and left to veRL otherwise.
 """
 
 from __future__ import annotations
@@ -89,8 +93,9 @@ def check_config(config: DictConfig) -> CobaConfig:
     so that each is said once a launch.
 
     Raises:
-        ValueError: an asynchronous V1 trainer mode; ``trainer.v1.sync.parameter_sync_step > 1``;
-            a non-GRPO advantage estimator; ``coba.group_weight=equal`` with a ``loss_agg_mode``
+        ValueError: a V1 trainer mode coba-verl does not support; ``trainer.v1.sync.parameter_sync_step
+            > 1``; an asynchronous mode's settings that veRL would stop on inside Ray, or SGLang there
+            (`check_async_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal`` with a ``loss_agg_mode``
             `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size *
             rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
