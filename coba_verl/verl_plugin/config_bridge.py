@@ -95,9 +95,9 @@ def check_config(config: DictConfig) -> CobaConfig:
     Raises:
         ValueError: a V1 trainer mode coba-verl does not support; ``trainer.v1.sync.parameter_sync_step
             > 1``; an asynchronous mode's settings that veRL would stop on inside Ray, or SGLang there
-            (`check_async_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal`` with a ``loss_agg_mode``
-            `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size *
-            rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
+            (`check_async_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal``
+            with a ``loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size
+            * rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
     checked_before = bool(OmegaConf.select(config, CHECKED_KEY, default=False))
