@@ -448,7 +448,7 @@ def ray_head(monkeypatch):
         own = own_processes(root, ports["--ray-client-server-port"])
         for process in own:
             process.terminate()
-        _, alive = psutil.wait_procs(own, timeout=15)
+        _, alive = psutil.wait_procs(own, timeout=5)
         for process in alive:  # Ray's agents outlive a SIGTERM
             process.kill()
         psutil.wait_procs(alive, timeout=15)
