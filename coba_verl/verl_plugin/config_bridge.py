@@ -409,12 +409,18 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
             )
         reward_model = config.reward.reward_model
         if bool(reward_model.enable) and not bool(reward_model.enable_resource_pool):
+            pool = [
+                f"reward.reward_model.{key}=1"
+                for key in ("nnodes", "n_gpus_per_node")
+                if reward_model[key] <= 0
+            ]
             unfit.append(
                 Unfit(
                     "reward.reward_model.enable=true needs the reward model in its own pool "
-                    "(reward.reward_model.nnodes x n_gpus_per_node), since the standalone rollout never "
-                    "pauses to free memory (trainer_separate_async.py:71-76)",
-                    ("reward.reward_model.enable_resource_pool=true",),
+                    "(reward.reward_model.nnodes x n_gpus_per_node, both above 0: trainer_base.py:824-827), "
+                    "since the standalone rollout never pauses to free memory "
+                    "(trainer_separate_async.py:71-76)",
+                    ("reward.reward_model.enable_resource_pool=true", *pool),
                 )
             )
         switch = f"{SWITCH}.enable_switch"

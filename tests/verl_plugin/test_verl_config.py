@@ -349,7 +349,8 @@ SEPARATE_ASYNC_UNFIT = [
     ("actor_rollout_ref.rollout.checkpoint_engine.backend", "naive", "checkpoint_engine.backend=naive cannot",
      "set: actor_rollout_ref.rollout.checkpoint_engine.backend=nccl.", AssertionError, "nccl/nixl/mooncake"),
     ("reward.reward_model.enable", True, "reward.reward_model.enable=true needs the reward model in its own",
-     "set: reward.reward_model.enable_resource_pool=true.", AssertionError, "Colocate reward model"),
+     "set: reward.reward_model.enable_resource_pool=true reward.reward_model.nnodes=1.", AssertionError,
+     "Colocate reward model"),
     (f"{SWITCH}.switch_threshold_ratio", 1.5, "switch_threshold_ratio=1.5 is outside (0, 1]",
      f"set: {SWITCH}.switch_threshold_ratio=0.4.",
      InstantiationException, "switch_threshold_ratio must be in (0, 1]"),
@@ -379,7 +380,7 @@ def test_separate_async_is_refused_before_ray_where_veRLs_constructor_would_stop
         fix_key, fix_value = override.split("=", 1)
         OmegaConf.update(config, fix_key, yaml.safe_load(fix_value))
     check_config(copy.deepcopy(config))
-    verl_trainer(config, "separate_async")
+    verl_trainer(config, "separate_async")._init_resource_pool_mgr()  # the pools veRL sizes in init()
 
 
 def test_hybrid_switch_with_disaggregated_rollout_is_refused_as_veRLs_constructor_does(separate_1x8):
