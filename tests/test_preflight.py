@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -231,6 +232,15 @@ def test_a_data_file_the_data_check_faults_is_refused_in_one_line_before_ray(tmp
     assert "python -m coba_verl.data check" in line
 
 
+def test_an_async_trainer_veRL_would_stop_inside_ray_is_refused_in_one_line_before_ray(tmp_path):
+    """The tiny recipe under separate_async as it stands: veRL's default of 4 local updates does not
+    fit 16 prompts in mini-batches of 8, and veRL's default rollout pool is empty."""
+    line = refusal_line(launch_with_data(tmp_path, "trainer.v1.trainer_mode=separate_async"))
+    assert line.startswith("coba-verl: trainer.v1.trainer_mode=separate_async cannot start with this config")
+    fix = "trainer.v1.separate_async.parameter_sync_step=2 actor_rollout_ref.rollout.nnodes=1"
+    assert line.endswith(f"To launch it, set: {fix}.")
+
+
 def test_notes_are_said_once_a_launch_and_a_plugin_refusal_is_one_line(tmp_path):
     """The driver checks the config twice (before and after veRL's device setup); the second check,
     like the trainer's inside Ray, says nothing again. The plugin check comes last, still before Ray."""
@@ -335,3 +345,149 @@ def test_an_error_of_verls_own_checks_keeps_its_traceback_and_exit_status(tmp_pa
     assert "Traceback (most recent call last)" in done.stderr
     assert "You have set both 'actor_rollout_ref.rollout.log_prob_micro_batch_size'" in done.stderr
     assert "coba-verl:" not in done.stderr
+
+
+# ---------------------------------------------------------------- GPU runs: where ray.init() goes
+
+
+def gpu_run(**ray_init: str) -> OmegaConf:
+    """A GPU recipe's settings as check_accelerator reads them."""
+    return OmegaConf.create(
+        {
+            "trainer": {"n_gpus_per_node": 8, "nnodes": 2},
+            "actor_rollout_ref": {"rollout": {"name": "vllm"}},
+            "ray_kwargs": {"ray_init": {"num_cpus": None, **ray_init}},
+        }
+    )
+
+
+@pytest.fixture
+def no_gpu(monkeypatch, tmp_path):
+    """This machine as a head node without GPUs: torch sees none, no RAY_ADDRESS, and Ray's default
+    temp dir (where ``ray start`` leaves the cluster's address) is an empty folder of the test's."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+
+
+def test_a_gpu_run_that_would_start_a_fresh_ray_without_gpus_is_refused(no_gpu, monkeypatch):
+    with pytest.raises(CobaRefusal, match="no cluster started on this machine with ray start"):
+        preflight.check_accelerator(gpu_run())
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # Ray's word for a fresh local Ray
+    with pytest.raises(
+        CobaRefusal, match="RAY_ADDRESS=local starts a fresh Ray here.*ray start on every node"
+    ):
+        preflight.check_accelerator(gpu_run())
+
+
+@pytest.mark.parametrize(
+    ("env", "ray_init"),
+    [({"RAY_ADDRESS": "10.0.0.1:6379"}, {}), ({}, {"address": "10.0.0.1:6379"}),
+     ({"RAY_ADDRESS": "local"}, {"address": "10.0.0.1:6379"}), ({"RAY_ADDRESS": "ray://10.0.0.1:10001"}, {})],
+    ids=["RAY_ADDRESS", "ray_init.address", "ray_init.address-over-RAY_ADDRESS", "ray-client"],
+)  # fmt: skip
+def test_a_gpu_run_that_names_a_ray_cluster_is_left_to_veRL(no_gpu, monkeypatch, env, ray_init):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    preflight.check_accelerator(gpu_run(**ray_init))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def own_processes(root: Path, client_port: int) -> list:
+    """The processes of the Ray head started under ``root``: those whose command line names it (GCS,
+    raylet, monitors), its Ray client server (named by its own port) and all their children (the
+    raylet's agents, whose command lines are process titles)."""
+    import psutil
+
+    found = {}
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or ())
+        client = "ray.util.client.server" in line and f"--port={client_port}" in line.split()
+        if str(root) in line or client:
+            found[process.pid] = process
+    for process in list(found.values()):
+        try:
+            found.update((child.pid, child) for child in process.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return list(found.values())
+
+
+@pytest.fixture
+def ray_head(monkeypatch):
+    """A real ``ray start --head`` with one (logical) GPU, its temp dir and ports its own, so that no
+    other Ray of this machine attaches to it (they read /tmp/ray, or RAY_ADDRESS=local); stopped by
+    ending its own processes (those whose command line names its temp dir), never ``ray stop``."""
+    import tempfile
+
+    import psutil
+
+    root = Path(tempfile.mkdtemp(prefix="coba-head-", dir="/tmp"))  # short: Ray's socket paths are limited
+    temp_dir = root / "ray"
+    ports = {
+        "--port": free_port(), "--ray-client-server-port": free_port(),
+        "--dashboard-agent-listen-port": free_port(), "--dashboard-agent-grpc-port": free_port(),
+        "--runtime-env-agent-port": free_port(), "--metrics-export-port": free_port(),
+    }  # fmt: skip
+    ray = str(Path(sys.executable).with_name("ray"))
+    command = [ray, "start", "--head", "--num-cpus", "1", "--num-gpus", "1", "--temp-dir", str(temp_dir),
+               "--include-dashboard", "false", "--disable-usage-stats"]  # fmt: skip
+    command += [f"{flag}={port}" for flag, port in ports.items()]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+
+    def stop() -> None:
+        own = own_processes(root, ports["--ray-client-server-port"])
+        for process in own:
+            process.terminate()
+        _, alive = psutil.wait_procs(own, timeout=5)
+        for process in alive:  # Ray's agents outlive a SIGTERM
+            process.kill()
+        psutil.wait_procs(alive, timeout=15)
+
+    try:
+        for _ in range(2):  # ray start gives its raylet 30 s to register, which a loaded machine can miss
+            started = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            if started.returncode == 0:
+                break
+            stop()
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        yield root, ports["--port"]
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_head_node_without_gpus_attaches_to_the_ray_cluster_started_on_it(ray_head, monkeypatch):
+    """docs/recipes.md's launch: ``ray start`` on every node, then the launcher on the head, with no
+    address: ray.init() attaches to the cluster ``ray start`` left its address for, as Ray itself
+    shows in a fresh process (the cluster's one GPU), so the run is not refused."""
+    import torch
+
+    root, port = ray_head
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("RAY_TMPDIR", str(root))  # Ray's default temp dir: <RAY_TMPDIR>/ray
+    assert not preflight.ray_starts_fresh(gpu_run())
+    preflight.check_accelerator(gpu_run())
+    code = "import ray; ray.init(); print('GPU', ray.cluster_resources().get('GPU')); ray.shutdown()"
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_TMPDIR": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert "GPU 1.0" in done.stdout.splitlines(), done.stderr[-2000:]
+    assert f":{port}" in (root / "ray" / "ray_current_cluster").read_text()
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # the same machine, told to start a fresh Ray
+    with pytest.raises(CobaRefusal, match="RAY_ADDRESS=local starts a fresh Ray here"):
+        preflight.check_accelerator(gpu_run())
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setenv("RAY_TMPDIR", str(root / "elsewhere"))  # another temp dir: no cluster there ...
+    with pytest.raises(CobaRefusal, match="no cluster started on this machine"):
+        preflight.check_accelerator(gpu_run())
+    preflight.check_accelerator(gpu_run(_temp_dir=str(root / "ray")))  # ... unless ray.init is told it

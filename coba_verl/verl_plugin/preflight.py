@@ -5,8 +5,10 @@ driver looks first, with nothing heavier than pyarrow:
 
 - `check_trl_conflict`: an FSDP run where TRL 1.16 is importable (veRL's FSDP engine imports a
   class TRL has removed) stops before Ray starts, not minutes later in every actor worker.
-- `check_accelerator`: a GPU recipe on a machine without GPUs stops at once with a message,
-  instead of waiting forever for a placement group Ray cannot satisfy.
+- `check_accelerator`: a GPU recipe that would start a fresh Ray on a machine without GPUs stops
+  at once with a message, instead of waiting forever for a placement group Ray cannot satisfy; a
+  launch that attaches to a running Ray cluster (the head of a multi-node run) goes on
+  (`ray_starts_fresh`: Ray's own rule for what ``ray.init()`` attaches to).
 - `place_checkpoints`: ``trainer.default_local_dir: null`` (the tiny CPU recipe) puts
   checkpoints next to the training data, one folder per experiment::
 
@@ -52,6 +54,7 @@ __all__ = [
     "data_files",
     "is_remote",
     "place_checkpoints",
+    "ray_starts_fresh",
     "warn_resume",
 ]
 
@@ -68,27 +71,68 @@ CPU_RECIPE_HINT = (
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
 
-def check_accelerator(config: DictConfig) -> None:
-    """Refuse a GPU run on a machine without GPUs, before Ray starts (it would wait forever).
+def ray_starts_fresh(config: DictConfig) -> bool:
+    """Whether veRL's ``ray.init(**ray_kwargs.ray_init)`` would start a fresh Ray on this machine,
+    rather than attach to a running cluster, decided by Ray's own rule
+    (``ray/_private/services.py``: ``canonicalize_bootstrap_address``, ``get_ray_address_from_environment``):
 
-    A run that joins an existing Ray cluster (``RAY_ADDRESS`` or ``ray_kwargs.ray_init.address``)
-    is left to veRL: the GPUs may be on other nodes.
+    - ``ray_kwargs.ray_init.address``, else ``RAY_ADDRESS`` when set and not empty;
+    - none (or ``auto``): the cluster of the latest ``ray start`` on this machine, whose address Ray
+      reads from ``<temp dir>/ray_current_cluster`` (``ray_init._temp_dir``, else Ray's default:
+      ``$RAY_TMPDIR/ray``, ``$TMPDIR/ray``, ``/tmp/ray``);
+    - ``local``, or none and no such file: a fresh Ray.
+
+    A ``ray://`` client address, or one Ray cannot use (its own error follows in ``ray.init``), is
+    not a fresh Ray. Where this Ray has no such function, nothing is assumed: False, said at WARNING.
+    """
+    ray_init = OmegaConf.select(config, "ray_kwargs.ray_init") or {}
+    address = ray_init.get("address") or None
+    effective = address if address not in (None, "auto") else os.environ.get("RAY_ADDRESS") or address
+    if effective is not None and str(effective).startswith("ray://"):
+        return False
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError as error:
+        logger.warning("cannot tell where ray.init() will run (%s): the GPU check is left to Ray", error)
+        return False
+    try:
+        return canonicalize_bootstrap_address(address, ray_init.get("_temp_dir")) is None
+    except (ConnectionError, ValueError):
+        return False
+
+
+def check_accelerator(config: DictConfig) -> None:
+    """Refuse a GPU run that would start a fresh Ray on a machine without GPUs (it would wait forever).
+
+    A run that attaches to a running Ray cluster is left to veRL, its GPUs may be on other nodes:
+    ``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS`` naming one, or neither set on a machine where
+    ``ray start`` has started one (the launch of docs/recipes.md: ``ray start`` on every node,
+    then the launcher on the head). Which one ``ray.init()`` does is Ray's rule (`ray_starts_fresh`);
+    ``RAY_ADDRESS=local`` is a fresh Ray.
 
     Raises:
-        CobaRefusal: no CUDA/NPU device is visible and no Ray cluster address is given.
+        CobaRefusal: no CUDA/NPU device is visible and ``ray.init()`` would start a fresh Ray.
     """
     from verl.utils.device import is_npu_available
 
-    if os.environ.get("RAY_ADDRESS") or OmegaConf.select(config, "ray_kwargs.ray_init.address"):
+    if not ray_starts_fresh(config):
         return
     import torch
 
     if torch.cuda.is_available() or is_npu_available:
         return
+    why = (
+        "RAY_ADDRESS=local starts a fresh Ray here"
+        if os.environ.get("RAY_ADDRESS") == "local"
+        else "ray.init() would start a fresh Ray here (no RAY_ADDRESS, no ray_kwargs.ray_init.address, "
+        "and no cluster started on this machine with ray start)"
+    )
     raise CobaRefusal(
-        f"no GPU found: torch sees no CUDA device, and this run asks for trainer.n_gpus_per_node="
+        f"no GPU found: torch sees no CUDA device, {why}, and this run asks for trainer.n_gpus_per_node="
         f"{config.trainer.n_gpus_per_node} x trainer.nnodes={config.trainer.nnodes} GPUs with rollout "
-        f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. {CPU_RECIPE_HINT}"
+        f"'{config.actor_rollout_ref.rollout.name}'. Ray would wait forever for them. On a cluster, run "
+        "ray start on every node first (docs/recipes.md), or set RAY_ADDRESS to the head's address. "
+        f"{CPU_RECIPE_HINT}"
     )
 
 

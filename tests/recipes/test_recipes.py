@@ -84,6 +84,42 @@ def checked(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+#: Every recipe setting, the tiny CPU recipe's included.
+ALL_SETTINGS = [*SETTINGS, ("tiny_cpu", "tiny")]
+#: veRL's V1 trainer modes, and the classic trainer (``TRAINER=classic``, which has no mode).
+MODES = ("sync", "colocate_async", "separate_async", "classic")
+
+
+def launch_checks(cfg: DictConfig) -> DictConfig:
+    """What ``coba_verl.main`` does to a config before Ray, in its order (`coba_verl.verl_plugin.main.run`):
+    CoBA-RL's refusals; on the CPU backend the launcher's part that changes the config (the
+    standalone pool's checkpoint engine); veRL's validate_config and the trainer's name."""
+    from coba_verl.cpu.launcher import cpu_backend_enabled, standalone_rollout_slots
+    from coba_verl.verl_plugin.config_bridge import check_config
+    from coba_verl.verl_plugin.main import prepare_config
+
+    cfg = cfg.copy()
+    check_config(cfg)
+    if cpu_backend_enabled(cfg):
+        standalone_rollout_slots(cfg)
+    prepare_config(cfg)
+    return cfg
+
+
+def verl_trainer(cfg: DictConfig, mode: str) -> object:
+    """veRL's own V1 trainer for ``mode``, built on a copy of ``cfg``: its constructor makes veRL's
+    start-up assertions (``trainer_separate_async.py:56-104``) and needs no Ray, which starts in ``init``."""
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    cfg = cfg.copy()
+    OmegaConf.update(cfg, "trainer.v1.trainer_mode", mode)
+    classes = {"sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync,
+               "separate_async": PPOTrainerSeparateAsync}  # fmt: skip
+    return classes[mode](cfg)
+
+
 def resolved(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
@@ -345,3 +381,55 @@ def test_estimate_variable_runs_the_same_launch_line_through_coba_verl_estimate(
         "--output", "/d/priors.jsonl", "--samples", "4",
     ]  # fmt: skip
     assert measure[start + 5 :] == train[train.index("coba_verl.main") + 1 :]  # same config, same overrides
+
+
+@pytest.mark.parametrize(
+    ("task", "setting", "mode"),
+    [(task, setting, mode) for task, setting in ALL_SETTINGS for mode in MODES],
+    ids=[f"{task}-{setting}-{mode}" for task, setting in ALL_SETTINGS for mode in MODES],
+)
+def test_every_recipe_in_every_trainer_mode_passes_veRLs_start_checks_or_is_refused_before_ray(
+    task: str, setting: str, mode: str
+) -> None:
+    """A config either gets through veRL's checks (validate_config; for V1, the constructor of veRL's
+    own trainer class, where the async trainers assert) or is refused before Ray; a refused one is
+    one veRL would stop on too, and the overrides its refusal names make it pass both."""
+    from coba_verl.refusal import CobaRefusal
+
+    env = {"SETTING": setting, **({"TRAINER": "classic"} if mode == "classic" else {})}
+    args = () if mode == "classic" else (f"trainer.v1.trainer_mode={mode}",)
+    cfg = compose_run(task, env, args)
+    try:
+        launched = launch_checks(cfg)
+    except CobaRefusal as refusal:
+        if mode == "classic":  # DAPO runs in V1's replay buffer only: refused, and no override fixes it
+            assert setting.endswith("dynamic_sampling") and "Set trainer.use_v1=true" in str(refusal)
+            return
+        assert mode == "separate_async", refusal  # the recipes are written for the other modes
+        with pytest.raises(AssertionError):  # veRL's TaskRunner would stop on the same config
+            verl_trainer(cfg, mode)
+        fix = tuple(str(refusal).split("To launch it, set: ")[1].rstrip(".").split())
+        launched = launch_checks(compose_run(task, env, args + fix))
+    if mode == "classic":  # RayPPOTrainer: validate_config (in launch_checks) is veRL's start check
+        assert not launched.trainer.use_v1
+        return
+    trainer = verl_trainer(launched, mode)
+    if mode == "separate_async":
+        step = launched.trainer.v1.separate_async.parameter_sync_step
+        assert launched.data.train_batch_size == step * launched.actor_rollout_ref.actor.ppo_mini_batch_size
+        assert trainer.parameter_sync_step == step
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+@pytest.mark.parametrize("task", TASKS)
+def test_sglang_is_refused_before_ray_in_the_async_modes_with_vllm_named_instead(
+    task: str, mode: str
+) -> None:
+    from coba_verl.refusal import CobaRefusal
+
+    cfg = compose_run(task, {"ROLLOUT": "sglang"}, (f"trainer.v1.trainer_mode={mode}",))
+    with pytest.raises(
+        CobaRefusal, match=f"rollout.name=sglang is refused with trainer.v1.trainer_mode={mode}"
+    ):
+        launch_checks(cfg)
+    assert launch_checks(compose_run(task, {"ROLLOUT": "sglang"})).actor_rollout_ref.rollout.name == "sglang"

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from importlib import resources
+from types import SimpleNamespace
 
 import pytest
+import yaml
+from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
 from coba_verl.core import group_weight
 from coba_verl.core.config import CobaConfig
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
 from coba_verl.verl_plugin.main import prepare_config
 
@@ -91,6 +97,9 @@ def test_each_supported_v1_mode_is_sent_to_its_registered_coba_trainer(base_1x8,
 
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "trainer.v1.trainer_mode", mode)
+    if mode == "separate_async":
+        for key, value in SEPARATE_ASYNC_FITS.items():
+            OmegaConf.update(config, key, value)
     prepare_config(config)
     trainer_class = get_trainer_cls(config.trainer.v1.trainer_mode)
     classes = {
@@ -278,3 +287,235 @@ def test_token_budget_passes_in_the_v1_trainer_without_dapo(base_1x8):
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "coba.budget_unit", "tokens", force_add=True)
     assert prepare_config(config).budget_unit == "tokens"
+
+
+# ---------------------------------------------------------------- veRL's asynchronous trainers at start
+
+#: What makes ``base_1x8`` (M = 64, ppo_mini_batch_size = 16, tensor parallel 2) a ``separate_async``
+#: config: 64 = 4 (veRL's default parameter_sync_step) x 16, a standalone pool of one node of 8 GPUs
+#: (veRL's default rollout.nnodes is 0), a checkpoint engine other than ``naive``.
+SEPARATE_ASYNC_FITS = {
+    "actor_rollout_ref.rollout.nnodes": 1,
+    "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+}
+SWITCH = "trainer.v1.separate_async.hybrid_rollout"
+STEP = "trainer.v1.separate_async.parameter_sync_step"
+MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
+
+
+def verl_trainer(config, mode: str):
+    """veRL's own trainer class for ``mode``, built on a copy of ``config``: its constructor makes
+    veRL's start-up assertions and needs no Ray (Ray starts in ``init``)."""
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    config = copy.deepcopy(config)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", mode)
+    classes = {"sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync,
+               "separate_async": PPOTrainerSeparateAsync}  # fmt: skip
+    return classes[mode](config)
+
+
+@pytest.fixture
+def separate_1x8(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", "separate_async")
+    for key, value in SEPARATE_ASYNC_FITS.items():
+        OmegaConf.update(config, key, value)
+    return config
+
+
+def test_a_separate_async_config_that_fits_passes_ours_and_veRLs_constructor(separate_1x8):
+    check_config(copy.deepcopy(separate_1x8))
+    trainer = verl_trainer(separate_1x8, "separate_async")
+    assert trainer.parameter_sync_step == 4
+
+
+#: One setting changed from ``separate_1x8``: (key, value, our refusal's words, the override it names,
+#: veRL's error, its words). veRL's words are those of its assertion inside
+#: ``PPOTrainerSeparateAsync.__init__`` (or of the switch dataclass it builds there, raised through
+#: Hydra's instantiation), the same condition on the same values.
+SEPARATE_ASYNC_UNFIT = [
+    ("data.train_batch_size", 48,
+     f"data.train_batch_size=48 must equal {STEP}=4 x {MINI}=16", f"set: {STEP}=3.",
+     AssertionError, "train_batch_size must equal parameter_sync_step * ppo_mini_batch_size"),
+    (MINI, 32, f"{STEP}=4 x {MINI}=32", f"set: {STEP}=2.", AssertionError, "train_batch_size must equal"),
+    (STEP, 2, f"{STEP}=2 x {MINI}=16 (", f"; {MINI}=32 fits as well", AssertionError, "train_batch_size"),
+    ("actor_rollout_ref.rollout.nnodes", 0, "actor_rollout_ref.rollout.nnodes=0 x n_gpus_per_node=8",
+     "set: actor_rollout_ref.rollout.nnodes=1.", AssertionError, "nnodes must be > 0"),
+    ("actor_rollout_ref.rollout.n_gpus_per_node", 0, "nnodes=1 x n_gpus_per_node=0",
+     "set: actor_rollout_ref.rollout.n_gpus_per_node=2.", AssertionError, "n_gpus_per_node must be > 0"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.backend", "naive", "checkpoint_engine.backend=naive cannot",
+     "set: actor_rollout_ref.rollout.checkpoint_engine.backend=nccl.", AssertionError, "nccl/nixl/mooncake"),
+    ("reward.reward_model.enable", True, "reward.reward_model.enable=true needs the reward model in its own",
+     "set: reward.reward_model.enable_resource_pool=true reward.reward_model.nnodes=1.", AssertionError,
+     "Colocate reward model"),
+    (f"{SWITCH}.switch_threshold_ratio", 1.5, "switch_threshold_ratio=1.5 is outside (0, 1]",
+     f"set: {SWITCH}.switch_threshold_ratio=0.4.",
+     InstantiationException, "switch_threshold_ratio must be in (0, 1]"),
+    (f"{SWITCH}.switch_cost_window_size", 0, "switch_cost_window_size=0 must be positive",
+     f"set: {SWITCH}.switch_cost_window_size=3.",
+     InstantiationException, "switch_cost_window_size must be positive"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "ours", "fix", "error", "verls"),
+    SEPARATE_ASYNC_UNFIT,
+    ids=[c[0] for c in SEPARATE_ASYNC_UNFIT],
+)
+def test_separate_async_is_refused_before_ray_where_veRLs_constructor_would_stop(
+    separate_1x8, key, value, ours, fix, error, verls
+):
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, key, value)
+    with pytest.raises(CobaRefusal) as refusal:
+        check_config(copy.deepcopy(config))
+    assert ours in str(refusal.value) and fix in str(refusal.value)
+    with pytest.raises(error, match=re.escape(verls)):
+        verl_trainer(config, "separate_async")
+    fixed = str(refusal.value).split("To launch it, set: ")[1].rstrip(".").split()
+    for override in fixed:  # the values the refusal names fit: ours and veRL's constructor pass
+        fix_key, fix_value = override.split("=", 1)
+        OmegaConf.update(config, fix_key, yaml.safe_load(fix_value))
+    check_config(copy.deepcopy(config))
+    verl_trainer(config, "separate_async")._init_resource_pool_mgr()  # the pools veRL sizes in init()
+
+
+def test_hybrid_switch_with_disaggregated_rollout_is_refused_as_veRLs_constructor_does(separate_1x8):
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, f"{SWITCH}.enable_switch", True)
+    verl_trainer(config, "separate_async")  # the switch alone is fine
+    OmegaConf.update(config, "actor_rollout_ref.rollout.disaggregation.enabled", True)
+    with pytest.raises(CobaRefusal, match=f"set: {re.escape(SWITCH)}.enable_switch=false"):
+        check_config(copy.deepcopy(config))
+    with pytest.raises(ValueError, match="enable_switch does not support rollout disaggregation"):
+        verl_trainer(config, "separate_async")
+
+
+def test_every_unfit_setting_is_named_in_one_refusal(base_1x8):
+    """veRL's recipe values under separate_async: three unfit settings, one line naming them all."""
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", "separate_async")
+    OmegaConf.update(config, "actor_rollout_ref.actor.ppo_mini_batch_size", 32)
+    with pytest.raises(CobaRefusal) as refusal:
+        prepare_config(config)
+    message = str(refusal.value)
+    assert "\n" not in message
+    assert message.endswith(
+        f"To launch it, set: {STEP}=2 actor_rollout_ref.rollout.nnodes=1 "
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl."
+    )
+
+
+def test_a_standalone_pool_smaller_than_one_rollout_engine_is_refused(separate_1x8):
+    """veRL starts pool // (tensor x data x pipeline parallel) standalone engines and asserts nothing:
+    a 1-GPU pool under tensor parallel 2 starts none, which veRL's own count shows."""
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.n_gpus_per_node", 1)
+    pool = "of at least one rollout engine of 2 .*set: actor_rollout_ref.rollout.n_gpus_per_node=2."
+    with pytest.raises(CobaRefusal, match=pool):
+        check_config(copy.deepcopy(config))
+
+    class NoServer:  # veRL's replica class, never built for 0 engines
+        def __init__(self, **kwargs):
+            raise AssertionError("an engine was started")
+
+    manager = object.__new__(LLMServerManager)
+    manager.rollout_config, manager.model_config = config.actor_rollout_ref.rollout, None
+    manager.worker_group, manager.start_rank, manager.rollout_replica_class = None, 0, NoServer
+    asyncio.run(LLMServerManager._initialize_llm_servers(manager))
+    assert manager.rollout_replicas == []
+    OmegaConf.update(config, "actor_rollout_ref.rollout.tensor_model_parallel_size", 1)
+    check_config(copy.deepcopy(config))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "refused"), [("fsdp2", False), ("megatron", False), ("torchtitan", True)]
+)
+def test_an_actor_strategy_without_veRLs_old_policy_snapshot_is_refused(separate_1x8, strategy, refused):
+    """veRL's DetachActorWorker keeps separate_async's old policy in host memory for some strategies
+    only; for the others it fails at the second local update, inside Ray."""
+    from verl.experimental.separation.engine_workers import DetachActorWorker
+
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.actor.strategy", strategy)
+    worker = SimpleNamespace(config=config.actor_rollout_ref, _strategy_handlers=None)
+    if refused:
+        with pytest.raises(CobaRefusal, match=f"strategy={strategy} cannot keep the old policy"):
+            check_config(copy.deepcopy(config))
+        with pytest.raises(NotImplementedError, match=f"Unsupported strategy: {strategy}"):
+            DetachActorWorker._get_strategy_handlers(worker)
+    else:
+        check_config(copy.deepcopy(config))
+        if strategy == "fsdp2":  # megatron's helpers need Megatron installed
+            assert len(DetachActorWorker._get_strategy_handlers(worker)) == 2
+
+
+def test_colocate_async_local_updates_that_do_not_divide_the_batch_are_refused_like_veRLs_first_step(
+    base_1x8,
+):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", "colocate_async")
+    OmegaConf.update(config, "trainer.v1.colocate_async.parameter_sync_step", 3, force_add=True)
+    with pytest.raises(CobaRefusal, match="set: trainer.v1.colocate_async.parameter_sync_step=2."):
+        check_config(copy.deepcopy(config))
+    trainer = verl_trainer(config, "colocate_async")
+    with pytest.raises(
+        AssertionError, match=r"train_batch_size \(64\) must be divisible by parameter_sync_step"
+    ):
+        trainer.step({}, {})
+    OmegaConf.update(config, "trainer.v1.colocate_async.parameter_sync_step", 2)
+    check_config(copy.deepcopy(config))
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async", "coba_colocate_async"])
+def test_sglang_is_refused_by_name_in_the_async_modes_with_the_reason_and_vllm(separate_1x8, mode):
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", mode)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "sglang")
+    with pytest.raises(CobaRefusal) as refusal:
+        check_config(config)
+    message = str(refusal.value)
+    assert message.startswith(
+        "actor_rollout_ref.rollout.name=sglang is refused with trainer.v1.trainer_mode="
+    )
+    assert (
+        "async_sglang_server.py:661-676" in message and "Use actor_rollout_ref.rollout.name=vllm" in message
+    )
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "vllm")
+    check_config(config)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "sglang")
+    OmegaConf.update(config, "trainer.v1.trainer_mode", "sync")
+    check_config(config)  # sync never aborts a request: SGLang is fine there
+
+
+def test_the_start_rules_follow_veRL_0_9_1s_code_and_step_aside_for_another(
+    separate_1x8, monkeypatch, caplog
+):
+    """Each rule stands for a piece of veRL's code, checked by its source digest: the installed veRL is
+    0.9.1, so every rule applies; against another code the rule is left to veRL, with a WARNING."""
+    from coba_verl.verl_plugin import config_bridge
+
+    for rule, code in config_bridge.VERL_START_CODE.items():
+        assert config_bridge.verl_source_sha256(code.path, code.qualname) == code.sha256, rule
+    assert config_bridge.verl_source_sha256(code.path, "PPOTrainer.no_such_method") is None
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive")
+    with pytest.raises(CobaRefusal):
+        check_config(copy.deepcopy(config))
+    changed = config_bridge.VERL_START_CODE["separate_async"]._replace(sha256="0" * 64)
+    monkeypatch.setitem(config_bridge.VERL_START_CODE, "separate_async", changed)
+    config_bridge._say_code_changed.cache_clear()
+    with caplog.at_level("WARNING", logger=config_bridge.__name__):
+        check_config(copy.deepcopy(config))  # left to veRL, which still stops on it
+    assert (
+        "PPOTrainerSeparateAsync.__init__ (verl/trainer/ppo/v1/trainer_separate_async.py) is not"
+        in caplog.text
+    )
+    config_bridge._say_code_changed.cache_clear()
+    with pytest.raises(AssertionError, match="nccl/nixl/mooncake"):
+        verl_trainer(config, "separate_async")

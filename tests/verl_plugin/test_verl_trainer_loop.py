@@ -1178,6 +1178,7 @@ SEPARATE = (
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS_PER_STEP // 2}",
     "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", "actor_rollout_ref.hybrid_engine=false",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # one engine fills the 1-device pool
 )  # fmt: skip
 
 
