@@ -117,15 +117,18 @@ class Cluster:
         self.nodes: list[subprocess.Popen] = []
         self.seen: dict[int, psutil.Process] = {}
         port, dashboard, *self._ports = free_ports(3 + 2 * 6)
-        self.dashboard = f"http://127.0.0.1:{dashboard}"
-        self._start(
-            "--head", f"--port={port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}", f"--ray-client-server-port={self._ports.pop()}",
-        )  # fmt: skip
-        self._wait(lambda: (temp_dir / "ray_current_cluster").exists(), "the head")
-        self.address = (temp_dir / "ray_current_cluster").read_text().strip()  # the GCS's <ip>:<port>
-        self._start(f"--address={self.address}")
-        self._wait(lambda: len(self.node_ids()) == 2, "the second node")
+        try:
+            self._start(
+                "--head", f"--port={port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={dashboard}", f"--ray-client-server-port={self._ports.pop()}",
+            )  # fmt: skip
+            self._wait(lambda: (temp_dir / "ray_current_cluster").exists(), "the head")
+            self.address = (temp_dir / "ray_current_cluster").read_text().strip()  # the GCS's <ip>:<port>
+            self._start(f"--address={self.address}")
+            self._wait(lambda: len(self.node_ids()) == 2, "the second node")
+        except BaseException:  # a node that did not start: stop what did
+            self.stop()
+            raise
 
     def _start(self, *args: str) -> None:
         agent, grpc, metrics, runtime_env, manager, objects = (self._ports.pop() for _ in range(6))
