@@ -143,7 +143,12 @@ class Cluster:
         log = (self.temp_dir / f"ray-start-{len(self.nodes)}.log").open("w")
         self.nodes.append(
             subprocess.Popen(
-                command, env=ray_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                env=ray_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.temp_dir,  # the workers' working folder: relative paths they write land here
             )
         )
 
