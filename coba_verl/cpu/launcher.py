@@ -129,13 +129,48 @@ def standalone_rollout_slots(config: DictConfig) -> int:
     return slots
 
 
+def cluster_address(config: DictConfig) -> str | None:
+    """The address of the running Ray cluster veRL's ``ray.init`` will join, None where it starts one.
+
+    Ray's own rule, applied by the function ``ray.init`` calls (``canonicalize_bootstrap_address``,
+    ``ray/_private/worker.py:1838``, ``ray/_private/services.py:686-721``): the address given
+    (``ray_kwargs.ray_init.address``), else ``RAY_ADDRESS``, else the cluster the last
+    ``ray start --head`` on this machine recorded; ``local`` (and nothing recorded) starts a fresh
+    one. A Ray Client address (``ray://``) joins the cluster behind it.
+
+    Raises:
+        CobaRefusal: an address Ray cannot use (``auto`` with no cluster running, a malformed one).
+    """
+    from ray._private import services
+
+    given = OmegaConf.select(config, "ray_kwargs.ray_init.address")
+    named = given or os.environ.get("RAY_ADDRESS") or ""
+    if named.startswith("ray://"):
+        return named
+    temp_dir = OmegaConf.select(config, "ray_kwargs.ray_init._temp_dir")
+    try:
+        return services.canonicalize_bootstrap_address(given, temp_dir)
+    except (ConnectionError, ValueError) as error:
+        where = f"ray_kwargs.ray_init.address={given}" if given else f"RAY_ADDRESS={named}"
+        raise CobaRefusal(
+            f"{where}: Ray cannot join a cluster there ({error}). Give the <ip>:<port> that "
+            "`ray start --head` printed, or RAY_ADDRESS=local for a Ray of this run's own."
+        ) from error
+
+
 def prepare_cpu_run(config: DictConfig) -> None:
     """Refuse an accidental CPU run on a GPU machine, then set platform, plugins and Ray counts.
+
+    Ray's counts are set only where veRL's ``ray.init`` starts Ray (`cluster_address` is None); a
+    run that joins a cluster runs on the resources its nodes were started with (``ray start
+    --num-gpus``: ``trainer.n_gpus_per_node`` logical GPUs on each node), and Ray refuses
+    ``num_cpus`` / ``num_gpus`` there (``ray/_private/worker.py:1936-1940``).
 
     Raises:
         CobaRefusal: CUDA is available and ``coba_cpu.allow_with_cuda`` is false; a setting of the
             ``coba_cpu`` group was overridden to something veRL cannot run on CPU;
-            ``separate_async`` with another checkpoint engine or no rollout slot (`standalone_rollout_slots`).
+            ``separate_async`` with another checkpoint engine or no rollout slot (`standalone_rollout_slots`);
+            a Ray address Ray cannot use (`cluster_address`).
     """
     if _cuda_present() and not config.coba_cpu.allow_with_cuda:
         raise CobaRefusal(
@@ -167,15 +202,29 @@ def prepare_cpu_run(config: DictConfig) -> None:
         platform_manager.set_platform(PlatformCPU())
 
     slots = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    address = cluster_address(config)
     with open_dict(config):
         ray_init = config.ray_kwargs.ray_init
+        env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}
+        ray_init.runtime_env.env_vars = {**env_vars, **env}
+        if address is not None:
+            logger.info(
+                "CPU backend: joining the Ray cluster at %s, whose nodes must offer %d logical GPUs "
+                "(trainer.n_gpus_per_node=%s on each of trainer.nnodes=%s nodes, plus %d standalone rollout "
+                "slots); %s",
+                address,
+                slots + rollout_slots,
+                config.trainer.n_gpus_per_node,
+                config.trainer.nnodes,
+                rollout_slots,
+                env,
+            )
+            return
         ray_init.num_cpus = max(
             int(ray_init.num_cpus or 0),
             logical_cpus(int(config.coba_cpu.ray_num_cpus), slots, rollout_slots),
         )
         ray_init.num_gpus = slots + rollout_slots
-        env_vars = OmegaConf.select(ray_init, "runtime_env.env_vars") or {}
-        ray_init.runtime_env.env_vars = {**env_vars, **env}
     logger.info(
         "CPU backend: Ray with %d logical CPUs, %d trainer slots and %d standalone rollout slots; %s",
         ray_init.num_cpus,

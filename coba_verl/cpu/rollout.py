@@ -81,6 +81,7 @@ from typing import Any
 import ray
 import torch
 import torch.nn.functional as F
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
@@ -552,11 +553,22 @@ class HFReplica(RolloutReplica):
                 f"tensor_model_parallel_size=1 (and data/pipeline parallel 1); got world size "
                 f"{self.world_size}"
             )
+        # On the node of the replica's worker, as veRL's vLLM replica places its servers
+        # (verl/workers/rollout/vllm_rollout/vllm_async_server.py:1342-1380): in a multi-node run
+        # each trainer rank's weights then stay on its node.
+        placement: Any = "DEFAULT"
+        if self.workers:
+            worker = self.workers[0]
+            node_id = await worker.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())
+            placement = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         server = (
             ray.remote(HFServer)
-            .options(name=server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .options(
+                name=server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency,
+                scheduling_strategy=placement,
+            )
             .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
-        )
+        )  # fmt: skip
         await server.stats.remote()  # surfaces a failed model load here, not at the first request
         self.servers = [server]
         self._server_handle = server
