@@ -31,10 +31,12 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
+# pip_install: uv pip install when uv can be had from the registry, pip otherwise (the same arguments).
+# shellcheck source=scripts/pip_install.sh
+source scripts/pip_install.sh
 stamp=.venv/.coba-quickstart-installed
 if ! sha256sum pyproject.toml | cmp -s - "$stamp"; then
-  python -m pip install --quiet --upgrade "pip>=24"
-  pip install --quiet torch==2.13.0 -e ".[test]"
+  pip_install --quiet torch==2.13.0 -e ".[test]"
   sha256sum pyproject.toml >"$stamp"
 else
   echo "already installed ($stamp matches pyproject.toml)"
