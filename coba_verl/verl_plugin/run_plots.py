@@ -81,14 +81,14 @@ def summary_figure(metrics: Metrics, title: str = "") -> Figure:
     """
     steps = training_steps(metrics)
     x = np.array(steps)
-    fig, (budgets, zero, work) = plt.subplots(3, 1, figsize=(7.5, 7.5), sharex=True)
+    fig, (budgets, zero, work) = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
     low, mean, high = (_series(metrics, steps, f"budget_{k}") for k in ("min", "mean", "max"))
     budgets.fill_between(x, low, high, color="tab:blue", alpha=0.2, label="min-max")
     budgets.plot(x, high, color="tab:blue", lw=1, label="max")
     budgets.plot(x, mean, color="k", lw=1.5, label="mean")
     budgets.plot(x, low, color="tab:blue", lw=1, ls="--", label="min")
     budgets.set_ylabel("rollouts per prompt B_i")
-    budgets.legend(loc="upper left", fontsize=8, ncol=4)
+    budgets.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
     observed = _series(metrics, steps, "all_fail_share") + _series(metrics, steps, "all_pass_share")
     zero.plot(x, observed, "o-", color="tab:red", ms=3, label="observed")
@@ -99,15 +99,16 @@ def summary_figure(metrics: Metrics, title: str = "") -> Figure:
         zero.plot(x, uniform, color="grey", lw=1.5, ls="--", label="expected, uniform budgets")
     zero.set_ylim(-0.02, 1.02)
     zero.set_ylabel("groups without\nreward spread")
-    zero.legend(loc="upper left", fontsize=8, ncol=3)
+    zero.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
     generated = _series(metrics, steps, "rollouts_generated")
     trained = _series(metrics, steps, "trained_rollouts")
     if np.isfinite(generated).any() or np.isfinite(trained).any():
-        work.plot(x, generated, "o-", color="tab:orange", ms=3, label="generated")
-        work.plot(x, trained, "s-", color="tab:green", ms=3, label="trained")
+        work.plot(x, trained, "s-", color="tab:green", lw=3, ms=5, label="trained")
+        # generated drawn over trained: the two are equal without DAPO dynamic sampling
+        work.plot(x, generated, "o--", color="tab:orange", ms=3, label="generated")
         work.set_ylim(bottom=0)
-        work.legend(loc="lower left", fontsize=8, ncol=2)
+        work.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     else:
         work.text(0.5, 0.5, "rollouts generated / trained not logged", ha="center", transform=work.transAxes)
     work.set_ylabel("rollouts per step")
@@ -138,7 +139,7 @@ def budget_figure(metrics: Metrics, title: str = "") -> Figure:
     step's allocation used, (α_t - 1) / (α_t + β_t - 2) (``coba/alpha``, ``coba/beta``): the pass
     rate whose prompts the value favours, equal to F̃ (spec §3, derived). Right: that Beta's
     density over pass rates, the weight of V(B, p) (spec §4), at the first, middle and last step
-    that logged a Beta (none under ``uniform`` and ``knapsack``).
+    that logged a Beta (none under ``uniform`` and ``knapsack``), one curve per distinct shape.
     """
     steps = training_steps(metrics)
     x = np.array(steps)
@@ -172,9 +173,13 @@ def budget_figure(metrics: Metrics, title: str = "") -> Figure:
 
     shaped = [s for s, a, b in zip(steps, alpha, beta, strict=True) if math.isfinite(a) and math.isfinite(b)]
     p = np.linspace(0.005, 0.995, 199)
+    shapes: dict[tuple[str, str], list[int]] = {}  # one curve per Beta (as printed), with its steps
     for step in sorted({shaped[0], shaped[len(shaped) // 2], shaped[-1]}) if shaped else []:
         a, b = float(metrics[step][PREFIX + "alpha"]), float(metrics[step][PREFIX + "beta"])
-        weight.plot(p, beta_density(p, a, b), label=f"step {step}: α {a:.2f}, β {b:.2f}")
+        shapes.setdefault((f"{a:.2f}", f"{b:.2f}"), []).append(step)
+    for (a, b), at in shapes.items():
+        steps_named = ("step " if len(at) == 1 else "steps ") + ", ".join(map(str, at))
+        weight.plot(p, beta_density(p, float(a), float(b)), label=f"{steps_named}: α {a}, β {b}")
     if not shaped:
         weight.text(0.5, 0.5, "no Beta logged (uniform / knapsack)", ha="center", transform=weight.transAxes)
     weight.set_xlabel("prompt pass rate p")

@@ -68,7 +68,7 @@ def test_budget_picture_stacks_the_prompts_per_budget_bin_and_draws_the_betas_mo
     assert _line(shape, "Beta mode (pass rate favoured)") == pytest.approx([8 / 9, 5 / 9])
     assert _line(shape, "F̄ (failure rate, after the step)").tolist() == [0.875, 0.625]
     curves = weight.get_lines()
-    assert [c.get_label().split(":")[0] for c in curves] == ["step 1", "step 2"]
+    assert [c.get_label() for c in curves] == ["step 1: α 9.00, β 2.00", "step 2: α 6.00, β 5.00"]
     p = np.asarray(curves[1].get_xdata())
     peak = p[np.argmax(curves[1].get_ydata())]
     assert peak == pytest.approx(5 / 9, abs=0.01)  # the density drawn peaks at the mode
@@ -104,3 +104,11 @@ def test_pictures_refuse_metrics_without_coba_budgets_naming_the_file(tmp_path):
 def test_generated_picture_refuses_a_run_given_without_its_label(tmp_path):
     with pytest.raises(CobaRefusal, match=r"--run 'runs/metrics.jsonl': give LABEL=FILE"):
         run_plots.main(["generated", "--run", "runs/metrics.jsonl", "--out", str(tmp_path / "g.png")])
+
+
+def test_budget_picture_draws_one_beta_curve_for_steps_that_used_the_same_shape():
+    same = {s: {**METRICS[1], "coba/alpha": 8.97, "coba/beta": 2.03} for s in (1, 2, 3)}
+    fig = run_plots.budget_figure(same)
+    (curve,) = fig.axes[2].get_lines()
+    assert curve.get_label() == "steps 1, 2, 3: α 8.97, β 2.03"
+    run_plots.plt.close(fig)
