@@ -11,9 +11,12 @@
 # start CoBA-RL's tracker, so budgets differ from uniform from step 1 (without them epoch 1 is
 # uniform GRPO). Cached: the install is redone only when pyproject.toml changed, the data and
 # model only when missing (python -m coba_verl.arithmetic.tiny reuses its output), so a second run
-# only re-measures the pass rates (seconds) before it trains. Variables: PYTHON (python3),
-# DATA_DIR (~/data/coba), STEPS (16), STRATEGY (coba), RUN_DIR (runs/quickstart: console log and
-# metrics); arguments are appended as Hydra overrides (recipes/tiny_cpu/run.sh).
+# only re-measures the pass rates (seconds) before it trains. The summary (docs/quickstart.md) goes
+# to the terminal and to RUN_DIR/summary.txt, its picture to RUN_DIR/summary.png, with the wall
+# clock of each part. Variables: PYTHON (python3), DATA_DIR (~/data/coba), STEPS (16), STRATEGY
+# (coba), RUN_DIR (runs/quickstart: console log, metrics, summary), COBA_INSTALLER (uv; pip to
+# install with pip: scripts/pip_install.sh); arguments are appended as Hydra overrides
+# (recipes/tiny_cpu/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,18 +34,22 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
+# pip_install: uv pip install when uv can be had from the registry, pip otherwise (the same arguments).
+# shellcheck source=scripts/pip_install.sh
+source scripts/pip_install.sh
 stamp=.venv/.coba-quickstart-installed
 if ! sha256sum pyproject.toml | cmp -s - "$stamp"; then
-  python -m pip install --quiet --upgrade "pip>=24"
-  pip install --quiet torch==2.13.0 -e ".[test]"
+  pip_install --quiet torch==2.13.0 -e ".[test]"
   sha256sum pyproject.toml >"$stamp"
 else
   echo "already installed ($stamp matches pyproject.toml)"
 fi
 
+installed_s=$SECONDS
 echo "== 2/3 data, model and pass-rate priors: $TINY"
 python -m coba_verl.arithmetic.tiny --output-dir "$TINY" --easy --priors 8 --threads 1
 
+prepared_s=$SECONDS
 echo "== 3/3 CoBA-RL ($STRATEGY) with veRL's trainer on CPU: $STEPS steps of 16 prompts x 4 rollouts"
 mkdir -p "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
@@ -64,7 +71,13 @@ if [[ $status -ne 0 ]]; then
   exit "$status"
 fi
 
-echo "== summary"
+trained_s=$SECONDS
+
+echo "== summary (also in $RUN_DIR/summary.txt; picture: summary.png beside it)"
 python -m coba_verl.verl_plugin.run_summary "$metrics" --log "$log" \
-  --checkpoints "$TINY/checkpoints/$EXPERIMENT"
+  --checkpoints "$TINY/checkpoints/$EXPERIMENT" --png "$RUN_DIR/summary.png" | tee "$RUN_DIR/summary.txt"
+echo "quick start wall clock: install $installed_s s, data and model $((prepared_s - installed_s)) s," \
+  "training $((trained_s - prepared_s)) s (launch to exit: the time above plus Ray, workers and the" \
+  "validation before training), $SECONDS s in all; load average $(cut -d' ' -f1-3 /proc/loadavg)" |
+  tee -a "$RUN_DIR/summary.txt"
 echo "next: bash .ci/run (the tests, as CI runs them; README, Quick start)"

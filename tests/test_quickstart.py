@@ -7,7 +7,8 @@ check .`` runs as written; each ``python -m pytest ...`` runs with its own optio
 test file, or, with ``-m``, collects the end-to-end file; ``coba-verl lab`` answers ``--help``.
 A command of another kind fails `test_every_quick_start_command_runs` until a quick form is
 given for it here. The by-hand TRL install is not run (it writes ``.trl-site`` from the
-network); it must be, option for option, the one ``.ci/run`` makes.
+network); it must be, option for option, the one ``.ci/run`` makes (through ``pip_install``,
+scripts/pip_install.sh: uv or pip with the same arguments).
 """
 
 from __future__ import annotations
@@ -108,9 +109,10 @@ def _check(command: list[str]) -> None:
         case ["coba-verl", "lab"]:
             done = _run([_tool("coba-verl"), "lab", "--help"], timeout=120)
             assert done.returncode == 0 and "--scenario" in done.stdout, done.stdout + done.stderr
-        case ["pip", "install", *_] if "--target" in command:
-            same = [c for c in _ci_commands() if c[:2] == ["pip", "install"] and ".trl-site" in c]
-            assert [[a for a in c if a != "--quiet"] for c in same] == [command]
+        case ["pip", "install", *options] if "--target" in command:
+            # .ci/run installs through pip_install (uv or pip, the same arguments)
+            same = [c for c in _ci_commands() if c[:1] == ["pip_install"] and ".trl-site" in c]
+            assert [[a for a in c[1:] if a != "--quiet"] for c in same] == [options]
         case _:
             pytest.fail(
                 f"no quick form of the Quick start command {shlex.join(command)!r}: add one to _check"
@@ -135,5 +137,7 @@ def test_the_test_command_readme_gives_is_the_one_ci_runs() -> None:
 
 
 def test_quick_start_installs_the_test_extra_as_ci_does() -> None:
-    extra = ["pip", "install", "--quiet", "torch==2.13.0", "-e", ".[test]"]
+    extra = ["pip_install", "--quiet", "torch==2.13.0", "-e", ".[test]"]
     assert extra in _ci_commands() and extra in _script_commands()
+    installer = ["source", "scripts/pip_install.sh"]
+    assert installer in _ci_commands() and installer in _script_commands()

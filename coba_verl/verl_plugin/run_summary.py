@@ -4,15 +4,17 @@
 one JSON line per logged step, ``{"step": s, "data": {metric: value}}`` (the validation before
 training is step 0). From it::
 
-    python -m coba_verl.verl_plugin.run_summary FILE [--log LOG] [--checkpoints DIR]
+    python -m coba_verl.verl_plugin.run_summary FILE [--log LOG] [--checkpoints DIR] [--png PNG]
 
 writes, per training step, the budgets' range and spread, whether they differ from uniform, the
 groups with no reward spread (all rollouts failed or all passed: no GRPO gradient) among the
 groups the tracker observed (under DAPO more than the step allocated: evicted groups and
 refills) and the per-prompt mean score; then the totals, the share of such groups the tracker's
 pass rates predict with these budgets and with the same number of rollouts for every prompt, the
-held-out accuracy at every validation, and where the metrics, the console log and the checkpoints
-are.
+held-out accuracy at every validation, the time veRL logged (steps, validations, checkpoints), and
+where the metrics, the console log, the checkpoints and
+the picture are. ``--png`` also draws the run as one picture (`run_plots.summary_figure`: budgets
+per step, the share of groups without reward spread, rollouts generated against trained).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
 from coba_verl.core.step_line import held_out_score
 from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX
 
-__all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines"]
+__all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines", "time_line"]
 
 
 def read_metrics(path: str | Path) -> dict[int, dict[str, float]]:
@@ -109,6 +111,7 @@ def summary_lines(
     metrics_file: str | Path | None = None,
     log_file: str | Path | None = None,
     checkpoints: str | Path | None = None,
+    picture: str | Path | None = None,
 ) -> list[str]:
     """The summary's lines (no trailing newlines)."""
     steps = step_summaries(metrics)
@@ -154,10 +157,39 @@ def summary_lines(
         lines.append(f"held-out accuracy ({name}): {values}")
     else:
         lines.append("held-out accuracy: not measured (no validation logged)")
-    for label, where in (("metrics", metrics_file), ("console log", log_file), ("checkpoints", checkpoints)):
+    timing = time_line(metrics)
+    if timing:
+        lines.append(timing)
+    for label, where in (
+        ("metrics", metrics_file),
+        ("console log", log_file),
+        ("checkpoints", checkpoints),
+        ("picture", picture),
+    ):
         if where is not None:
             lines.append(f"{label}: {where}")
     return lines
+
+
+def time_line(metrics: Mapping[int, Mapping[str, float]]) -> str | None:
+    """Where veRL's logged time went: its steps (``timing_s/step``: generation, update and
+    coba-verl's code; the sum and the median), validations (``timing_s/testing``) and checkpoints
+    (``timing_s/save_checkpoint``), summed over the logged steps; None if no step logged a time.
+
+    The rest of a launch, Ray's start, the workers' and the validation before training, is not
+    logged by veRL (a wall clock around the launch shows it: scripts/quickstart.sh).
+    """
+    steps = sorted(float(m["timing_s/step"]) for m in metrics.values() if "timing_s/step" in m)
+    if not steps:
+        return None
+    middle = len(steps) // 2
+    median = steps[middle] if len(steps) % 2 else (steps[middle - 1] + steps[middle]) / 2
+    testing = sum(float(m.get("timing_s/testing", 0.0)) for m in metrics.values())
+    saving = sum(float(m.get("timing_s/save_checkpoint", 0.0)) for m in metrics.values())
+    return (
+        f"time logged by veRL: {len(steps)} steps {sum(steps):.1f} s (median {median:.2f} s), "
+        f"validations after a step {testing:.1f} s, checkpoints {saving:.1f} s"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,13 +201,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("metrics", help="the file logger's JSON lines")
     parser.add_argument("--log", help="the run's console log, named in the summary")
     parser.add_argument("--checkpoints", help="the run's checkpoint folder, named in the summary")
+    parser.add_argument("--png", help="also draw the run here: budgets, groups without reward spread, "
+                        "rollouts generated and trained, per step")  # fmt: skip
     args = parser.parse_args(argv)
+    metrics = read_metrics(args.metrics)
+    if args.png:
+        from coba_verl.verl_plugin import run_plots  # matplotlib: only when a picture is asked for
+
+        run_plots.save(run_plots.summary_figure(metrics, f"coba-verl run: {args.metrics}"), args.png)
     lines = summary_lines(
-        read_metrics(args.metrics), metrics_file=args.metrics, log_file=args.log, checkpoints=args.checkpoints
+        metrics, metrics_file=args.metrics, log_file=args.log, checkpoints=args.checkpoints, picture=args.png
     )
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from coba_verl.refusal import exit_on_refusal
+
+    with exit_on_refusal():
+        raise SystemExit(main())

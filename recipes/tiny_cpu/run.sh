@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# veRL's real trainer on CPU with a tiny model (docs/cpu_backend.md; README, "On CPU.").
+# veRL's real trainer on CPU with a tiny model (docs/cpu_backend.md).
 #
 #   python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu --priors 8
 #   bash recipes/tiny_cpu/run.sh                          # CoBA-RL, 48 steps (the first 16 uniform)

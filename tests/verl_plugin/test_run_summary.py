@@ -47,7 +47,8 @@ def test_summary_counts_zero_variance_groups_and_non_uniform_steps(tmp_path):
     )
     assert lines[3].endswith("2 steps): 0.500 with these budgets, 0.750 with 4 rollouts each")
     assert lines[4] == f"held-out accuracy ({VAL}): 0.100 before training, 0.200 after step 2"
-    assert lines[5:] == [f"metrics: {metrics}", "checkpoints: ck"]
+    assert lines[5].startswith("time logged by veRL: 2 steps 5.0 s (median 2.50 s)")
+    assert lines[6:] == [f"metrics: {metrics}", "checkpoints: ck"]
 
 
 def test_summary_of_a_run_without_coba_metrics_says_so(tmp_path, capsys):
@@ -72,3 +73,18 @@ def test_zero_variance_groups_are_counted_over_the_observed_groups_not_the_alloc
     assert lines[1] == (
         "budgets differ from uniform in 1 of 1 steps; zero-variance groups 15 of 24 observed (62 %)"
     )
+
+
+def test_time_line_sums_veRLs_step_validation_and_checkpoint_times(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    steps = [(s, {**_step(4, 4, {"4-7": 16}, fail=0.0, passed=0.0), "timing_s/step": t}) for s, t in
+             [(1, 3.0), (2, 1.0), (3, 2.0), (4, 10.0)]]  # fmt: skip
+    checks = [(2, {"timing_s/testing": 4.5}), (4, {"timing_s/testing": 5.5, "timing_s/save_checkpoint": 0.5})]
+    _write(metrics, [*steps, *checks])
+    line = run_summary.time_line(run_summary.read_metrics(metrics))
+    # 3 + 1 + 2 + 10 = 16 s; median of 1, 2, 3, 10 = 2.5; validations 4.5 + 5.5 = 10
+    assert line == (
+        "time logged by veRL: 4 steps 16.0 s (median 2.50 s), validations after a step 10.0 s, "
+        "checkpoints 0.5 s"
+    )
+    assert run_summary.time_line({1: {"coba/budget_min": 4.0}}) is None
