@@ -47,12 +47,17 @@ def run_seeded(
     data: Path, strategy: str, seed: int, steps: int, prefix: str, *overrides: str
 ) -> tuple[list[dict], Path]:
     """One run of ``steps`` steps with ``seed`` as the data and rollout seed, validated after the
-    last step; veRL's logged rows (the last with the final validation) and the run's folder."""
+    last step; veRL's logged rows (the last with the final validation) and the run's folder.
+
+    ``trainer.total_epochs`` is set to ``steps`` (at least one step an epoch), so that the steps,
+    not the recipe's epochs over a small training set, end the run; a run that logs fewer steps
+    than asked stops the bench (its figures would average fewer steps than the table says)."""
     work = Path(tempfile.mkdtemp(prefix=f"{prefix}_{strategy}_{seed}_"))
     command = recipe_command(
         data, work, strategy,
         f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
-        f"trainer.total_training_steps={steps}", f"trainer.test_freq={steps}", "trainer.save_freq=-1",
+        f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}",
+        f"trainer.test_freq={steps}", "trainer.save_freq=-1",
         *overrides,
     )  # fmt: skip
     env = {**logger_env(work), "TOKENIZERS_PARALLELISM": "false"}
@@ -60,7 +65,12 @@ def run_seeded(
         done = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"{strategy} seed {seed} failed (exit {done.returncode}); see {work / 'stdout.log'}")
-    return read_log(work), work
+    rows = read_log(work)
+    logged = sum("timing_s/step" in row for row in rows)
+    if logged != steps:
+        log = work / "stdout.log"
+        raise SystemExit(f"{strategy} seed {seed} logged {logged} steps of {steps}; see {log}")
+    return rows, work
 
 
 def held_out(rows: list[dict]) -> float:
