@@ -225,6 +225,11 @@ def prepare_cpu_run(config: DictConfig) -> None:
             logical_cpus(int(config.coba_cpu.ray_num_cpus), slots, rollout_slots),
         )
         ray_init.num_gpus = slots + rollout_slots
+        if OmegaConf.select(ray_init, "include_dashboard") is None:
+            # Ray's dashboard and its agents take a few CPU seconds at start and a share of 2 cores
+            # after: off for the Ray this launcher starts unless asked for
+            # (+ray_kwargs.ray_init.include_dashboard=true).
+            ray_init.include_dashboard = False
     logger.info(
         "CPU backend: Ray with %d logical CPUs, %d trainer slots and %d standalone rollout slots; %s",
         ray_init.num_cpus,

@@ -107,6 +107,21 @@ def test_cpu_run_gets_logical_ray_slots_and_the_registration_module(monkeypatch)
     assert ray_init.num_gpus == 8 + 2 and ray_init.num_cpus == config.coba_cpu.ray_num_cpus + 3 * 7 + 2 * 2
 
 
+@pytest.mark.parametrize(
+    ("overrides", "dashboard"), [((), False), (("+ray_kwargs.ray_init.include_dashboard=true",), True)]
+)
+def test_the_ray_a_cpu_run_starts_has_no_dashboard_unless_asked_for(monkeypatch, overrides, dashboard):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    import verl.plugin.platform.platform_manager as platform_manager
+
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+    for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES"):
+        monkeypatch.setenv(key, "")
+    config = tiny_config(*overrides)
+    launcher.prepare_cpu_run(config)
+    assert config.ray_kwargs.ray_init.include_dashboard is dashboard
+
+
 def test_cpu_run_quiets_transferqueue_threads_engine_warnings_and_idle_ray_workers(monkeypatch):
     monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
     monkeypatch.setattr(launcher, "physical_cores", lambda: 2)
