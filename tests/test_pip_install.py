@@ -53,14 +53,14 @@ def _install(tmp_path: Path, *, uv: int | None, installer: str | None = None, **
     return (bin_dir / "calls").read_text(encoding="utf-8").splitlines()
 
 
-def test_uv_installs_with_the_same_arguments_and_pips_find_links_and_index(tmp_path):
+def test_uv_installs_with_the_same_arguments_compiled_to_bytecode_and_pips_find_links_and_index(tmp_path):
     calls = _install(
         tmp_path, uv=0, PIP_FIND_LINKS="/opt/wheels /srv/more", PIP_EXTRA_INDEX_URL="file:///opt/pypi/simple"
     )
     assert calls == [
-        "uv pip install --quiet -e .[test] | links=/opt/wheels,/srv/more extra=file:///opt/pypi/simple",
-        "uv pip install --no-deps --target .trl-site trl>=1.16,<1.17 | links=/opt/wheels,/srv/more "
-        "extra=file:///opt/pypi/simple",
+        "uv pip install --compile-bytecode --quiet -e .[test] | links=/opt/wheels,/srv/more extra=file:///opt/pypi/simple",
+        "uv pip install --compile-bytecode --no-deps --target .trl-site trl>=1.16,<1.17 "
+        "| links=/opt/wheels,/srv/more extra=file:///opt/pypi/simple",
     ]
 
 
@@ -77,10 +77,10 @@ def test_without_uv_pip_installs_once_upgraded(tmp_path):
 def test_a_failed_uv_install_is_redone_with_pip(tmp_path):
     calls = _install(tmp_path, uv=1)
     assert [c.split(" |")[0] for c in calls] == [
-        "uv pip install --quiet -e .[test]",
+        "uv pip install --compile-bytecode --quiet -e .[test]",
         "python -m pip install --quiet --upgrade pip>=24",
         "python -m pip install --quiet -e .[test]",
-        "uv pip install --no-deps --target .trl-site trl>=1.16,<1.17",
+        "uv pip install --compile-bytecode --no-deps --target .trl-site trl>=1.16,<1.17",
         "python -m pip install --no-deps --target .trl-site trl>=1.16,<1.17",
     ]
 

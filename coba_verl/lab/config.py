@@ -49,6 +49,10 @@ class RunSpec:
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
+#: ``LabConfig.dapo_cut``: how a DAPO group cut to the remainder picks the sessions it keeps.
+DAPO_CUTS: tuple[str, ...] = ("spread", "random")
+
+
 def parse_run_label(label: str) -> RunSpec:
     """``STRATEGY[:GROUP_WEIGHT][+prior][+token_budget][@SCALE]``: ``"coba"`` -> RunSpec("coba", 1.0);
     ``"coba@0.5"`` -> RunSpec("coba", 0.5); ``"coba:equal"`` -> RunSpec("coba", 1.0, "equal");
@@ -165,6 +169,12 @@ class LabConfig:
         dapo_max_gen_batches: Under ``dapo``, at most this many x M prompts generated for one update
             (the DAPO recipe's ``max_num_gen_batches``); past it the update trains what is ready and
             the row records the ``shortfall``.
+        dapo_cut: Under ``dapo``, which sessions a group cut to the remainder keeps: ``spread``
+            (`sessions_to_keep`: the group's score mix, its reward spread kept; veRL's path) or
+            ``random`` (uniformly at random, a counterfactual of docs/lab/dapo_why_design.md).
+        dapo_whole_only: Under ``dapo``, train whole ready groups only, oldest first while they fit,
+            none cut (a counterfactual: the update may train fewer than M x n, the row's
+            ``shortfall``).
     """
 
     scenario: str = "hard"
@@ -201,6 +211,8 @@ class LabConfig:
     prior_samples: int = 8
     dapo: bool = False
     dapo_max_gen_batches: int = 10
+    dapo_cut: str = "spread"
+    dapo_whole_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -223,6 +235,8 @@ class LabConfig:
         for name in ("warm_steps", "threads"):
             if int(getattr(self, name)) < 0:
                 raise CobaRefusal(f"{name}={getattr(self, name)} must be >= 0.")
+        if self.dapo_cut not in DAPO_CUTS:
+            raise CobaRefusal(f"dapo_cut={self.dapo_cut!r} is unknown; use one of {', '.join(DAPO_CUTS)}.")
         if self.prompts_per_step > self.n_train:
             raise CobaRefusal(
                 f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; "

@@ -63,27 +63,34 @@ class PromptStream:
         self._rest_ids = np.zeros(0, np.int64)
         self._rest_budgets = np.zeros(0, np.int64)
         self.drawn = 0  # prompts taken so far
+        self.steps = 0  # `collect_dapo_step` calls so far (the step being collected, from 1)
+        self.round_steps: list[int] = []  # round r was allocated in step round_steps[r]
+        self.last_rounds = np.zeros(0, np.int64)  # round of each prompt the last `take` returned
         self.allocations: list[Allocation] = []  # rounds allocated since the last `pop_allocations`
         self.last_allocation: Allocation | None = None
 
     def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The next ``k`` prompts and their budgets: (k,) ids, (k,) int64 budgets."""
-        ids, budgets = [], []
+        ids, budgets, rounds = [], [], []
         while k > 0:
             if self._rest_ids.size == 0:
                 round_ids = np.asarray(self._order(self.m), dtype=np.int64)
                 res = self.allocator.allocate(round_ids, self.total)
                 self.allocations.append(res)
                 self.last_allocation = res
+                self.round_steps.append(self.steps)
                 self._rest_ids, self._rest_budgets = round_ids, np.asarray(res.budgets, np.int64)
             j = min(k, self._rest_ids.size)
             ids.append(self._rest_ids[:j])
             budgets.append(self._rest_budgets[:j])
+            rounds.append(np.full(j, len(self.round_steps) - 1, np.int64))
             self._rest_ids, self._rest_budgets = self._rest_ids[j:], self._rest_budgets[j:]
             k -= j
             self.drawn += j
         if not ids:
+            self.last_rounds = np.zeros(0, np.int64)
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self.last_rounds = np.concatenate(rounds)
         return np.concatenate(ids), np.concatenate(budgets)
 
     def pop_allocations(self) -> list[Allocation]:
@@ -114,6 +121,7 @@ class Group:
     rows: np.ndarray  # (B,) row positions in its wave
     scores: np.ndarray  # (B,)
     lengths: np.ndarray  # (B,)
+    age: int = 0  # steps since its round was allocated (0: allocated in this step)
 
     @property
     def size(self) -> int:
@@ -130,8 +138,8 @@ def has_spread(scores: np.ndarray) -> bool:
 class DapoStep:
     """One DAPO update's rollouts: what it trains, and what generating them cost.
 
-    ``trained`` is (wave, rows of that wave, group number 0..G-1) per trained group, oldest first;
-    every count is of this step only.
+    ``trained`` is (wave, rows of that wave, group number 0..G-1) per trained group, oldest first,
+    and ``trained_groups`` the `Group` of each, in the same order; every count is of this step only.
     """
 
     trained: list[tuple[int, np.ndarray, int]]
@@ -143,6 +151,8 @@ class DapoStep:
     evicted: int = 0
     surplus: int = 0
     cut_rollouts: int = 0
+    groups_cut: int = 0
+    trained_groups: list[Group] = field(default_factory=list)
     observed_rollouts: int = 0
     observe_s: float = 0.0  # wall time in ``allocator.observe``
     allocations: list[Allocation] = field(default_factory=list)
@@ -175,6 +185,9 @@ def collect_dapo_step(
     n: int,
     min_size: int,
     max_gen_batches: int,
+    cut: str = "spread",
+    whole_only: bool = False,
+    rng: np.random.Generator | None = None,
 ) -> DapoStep:
     """Generate and filter until T = M x n rollouts are ready, then pick them (module docstring).
 
@@ -185,12 +198,22 @@ def collect_dapo_step(
         n: rollouts per prompt of uniform GRPO (T = M x n).
         min_size: fewest rollouts a cut group keeps (``coba.min_rollouts``).
         max_gen_batches: at most this many x M prompts submitted in the step.
+        cut: the sessions a cut group keeps: ``spread`` (`sessions_to_keep`, veRL's path) or
+            ``random`` (drawn from ``rng``); a counterfactual of docs/lab/dapo_why_design.md.
+        whole_only: train whole ready groups only, oldest first while they fit (a counterfactual:
+            ``shortfall`` may be > 0).
+        rng: the random numbers of ``cut="random"``.
 
     Returns:
         The step's `DapoStep`; ``observed_rollouts`` equals ``generated_rollouts``.
     """
+    if cut not in ("spread", "random"):
+        raise ValueError(f"cut={cut!r} must be 'spread' or 'random'.")
+    if cut == "random" and rng is None:
+        raise ValueError("cut='random' needs an rng.")
     m, allocator = stream.m, stream.allocator
     target = m * n
+    stream.steps += 1
     step = DapoStep(trained=[], waves=[], groups=[], target=target)
 
     def observe(groups: list[tuple[Group, np.ndarray]]) -> None:
@@ -217,10 +240,11 @@ def collect_dapo_step(
         w = len(step.waves)
         step.waves.append(wave)
         starts = np.concatenate([[0], np.cumsum(budgets)])
+        ages = stream.steps - np.asarray(stream.round_steps, np.int64)[stream.last_rounds]
         evicted_now: list[Group] = []
         for i, prompt in enumerate(ids.tolist()):
             rows = np.arange(starts[i], starts[i + 1])
-            group = Group(prompt, w, rows, wave.scores[rows], wave.lengths[rows])
+            group = Group(prompt, w, rows, wave.scores[rows], wave.lengths[rows], int(ages[i]))
             step.groups.append(group)
             (ready if has_spread(group.scores) else evicted_now).append(group)
         observe([(g, np.arange(g.size)) for g in evicted_now])
@@ -236,24 +260,38 @@ def collect_dapo_step(
     step.allocations = stream.pop_allocations()
     if not ready:
         return step
-    choice = select_to_budget([g.size for g in ready], target, min_size)
-    cuts = dict(choice.cuts)
-    picked = set(choice.whole) | set(cuts)
+    if whole_only:
+        whole, have = [], 0
+        for position, group in enumerate(ready):
+            if have + group.size <= target:
+                whole.append(position)
+                have += group.size
+        cuts: dict[int, int] = {}
+        picked = set(whole)
+    else:
+        choice = select_to_budget([g.size for g in ready], target, min_size)
+        cuts = dict(choice.cuts)
+        picked = set(choice.whole) | set(cuts)
     chosen = sorted(picked)
     trained: list[tuple[Group, np.ndarray]] = []
     for position in chosen:
         group = ready[position]
         kept = np.arange(group.size)
         if position in cuts:
-            values = dict(enumerate(group.scores.tolist()))
-            kept = np.asarray(sorted(sessions_to_keep(values, cuts[position])), np.int64)
+            if cut == "random":
+                kept = np.sort(rng.choice(group.size, size=cuts[position], replace=False)).astype(np.int64)
+            else:
+                values = dict(enumerate(group.scores.tolist()))
+                kept = np.asarray(sorted(sessions_to_keep(values, cuts[position])), np.int64)
             away = np.setdiff1d(np.arange(group.size), kept)
             observe([(group, away)])
             step.cut_rollouts += int(away.size)
+            step.groups_cut += 1
         trained.append((group, kept))
     surplus = [g for position, g in enumerate(ready) if position not in picked]
     observe([(g, np.arange(g.size)) for g in surplus])
     step.surplus = len(surplus)
     observe(trained)
     step.trained = [(g.wave, g.rows[kept], k) for k, (g, kept) in enumerate(trained)]
+    step.trained_groups = [g for g, _ in trained]
     return step

@@ -42,6 +42,7 @@ from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.core import BudgetAllocator
+from coba_verl.core.group_weight import rollout_weights
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
@@ -314,7 +315,48 @@ def pass_histogram(rates: np.ndarray) -> list[int]:
 
 
 #: The DAPO counts of a row that are 0 without DAPO.
-NO_REFILL = ("groups_evicted", "groups_surplus", "rollouts_cut", "shortfall")
+NO_REFILL = ("groups_evicted", "groups_surplus", "rollouts_cut", "groups_cut", "shortfall")
+
+
+def batch_composition(
+    index: np.ndarray, scores: np.ndarray, rates: np.ndarray, ages: np.ndarray, group_weight: str
+) -> dict[str, Any]:
+    """What one update trains, group by group (docs/lab/dapo_why_design.md, "Measured").
+
+    Args:
+        index: (R,) group number 0..G-1 of each trained rollout.
+        scores: (R,) their rewards.
+        rates: (G,) each trained group's pass rate over all its generated rollouts.
+        ages: (G,) steps since each group's allocation round was allocated.
+        group_weight: ``coba.group_weight`` of the run.
+
+    Returns:
+        ``trained_groups`` G; ``trained_size_mean`` / ``_max`` (trained rollouts a group);
+        ``trained_eff_groups`` = (sum_g m_g)^2 / sum_g m_g^2 and ``trained_top_mass`` =
+        max_g m_g / sum_g m_g, where m_g = sum_{r in g} |A_r| w_r is group g's advantage mass:
+        A_r = (s_r - mean_g) / (std_g + 1e-6), veRL's GRPO outcome advantage over the trained
+        rollouts of g (unbiased std; 0 for a group of one), w_r its `rollout_weights` factor
+        (NaN when no group has any); ``trained_pass_hist`` (`PASS_BINS` counts of ``rates``);
+        ``trained_age_mean`` (mean of ``ages`` over the groups).
+    """
+    groups = int(rates.size)
+    sizes = np.bincount(index, minlength=groups).astype(np.float64)  # (G,)
+    sums = np.bincount(index, weights=scores, minlength=groups)
+    means = sums / np.maximum(sizes, 1)
+    squares = np.bincount(index, weights=(scores - means[index]) ** 2, minlength=groups)
+    std = np.sqrt(squares / np.maximum(sizes - 1, 1))  # unbiased, as torch.std
+    adv = np.where(sizes[index] > 1, (scores - means[index]) / (std[index] + 1e-6), 0.0)  # (R,)
+    mass = np.bincount(index, weights=np.abs(adv) * rollout_weights(index, group_weight), minlength=groups)
+    total = float(mass.sum())
+    return {
+        "trained_groups": groups,
+        "trained_size_mean": float(sizes.mean()),
+        "trained_size_max": int(sizes.max()),
+        "trained_eff_groups": total**2 / float(np.sum(mass**2)) if total > 0 else float("nan"),
+        "trained_top_mass": float(mass.max()) / total if total > 0 else float("nan"),
+        "trained_pass_hist": pass_histogram(rates),
+        "trained_age_mean": float(np.mean(ages)),
+    }
 
 
 @dataclass
@@ -325,6 +367,7 @@ class _StepRollouts:
     """
 
     batch: RolloutBatch | None
+    composition: dict[str, Any]  # `batch_composition` of ``batch`` (empty without one)
     budgets: np.ndarray  # (G,) rollouts of each generated group
     prompt_rates: np.ndarray  # (G,) each generated group's pass rate
     scores: np.ndarray  # (R_gen,) every generated rollout's score
@@ -369,7 +412,7 @@ def _generate_wave(
 
 def _dapo_rollouts(
     cfg: LabConfig, ctx: SeedContext, model: Qwen2ForCausalLM, stream: PromptStream, gen: torch.Generator,
-    min_size: int,
+    min_size: int, group_weight: str, cut_rng: np.random.Generator,
 ) -> _StepRollouts:  # fmt: skip
     """One DAPO step (`coba_verl.lab.dapo`): waves until M x n rollouts are ready, then the batch."""
     step = collect_dapo_step(
@@ -378,8 +421,12 @@ def _dapo_rollouts(
         n=cfg.rollouts_per_prompt,
         min_size=min_size,
         max_gen_batches=cfg.dapo_max_gen_batches,
+        cut=cfg.dapo_cut,
+        whole_only=cfg.dapo_whole_only,
+        rng=cut_rng,
     )
     batch = None
+    composition: dict[str, Any] = {}
     if step.trained:
         device = next(model.parameters()).device
         tensors = [(step.waves[w].payload, rows) for w, rows, _ in step.trained]
@@ -392,9 +439,14 @@ def _dapo_rollouts(
         scores = np.concatenate([step.waves[w].scores[rows] for w, rows, _ in step.trained])
         p_ids, p_mask = trim_padding(ctx.train_ids[rollout_ids], ctx.train_mask[rollout_ids])
         batch = RolloutBatch(p_ids.to(device), p_mask.to(device), resp, rmask, scores, index)
+        composition = batch_composition(
+            index, scores, np.asarray([float(g.scores.mean()) for g in step.trained_groups]),
+            np.asarray([g.age for g in step.trained_groups]), group_weight,
+        )  # fmt: skip
     budgets = np.asarray([g.size for g in step.groups], np.int64)
     return _StepRollouts(
         batch=batch,
+        composition=composition,
         budgets=budgets,
         prompt_rates=np.asarray([float(g.scores.mean()) for g in step.groups]),
         scores=np.concatenate([w.scores for w in step.waves]),
@@ -406,6 +458,7 @@ def _dapo_rollouts(
             "groups_evicted": step.evicted,
             "groups_surplus": step.surplus,
             "rollouts_cut": step.cut_rollouts,
+            "groups_cut": step.groups_cut,
             "shortfall": step.shortfall,
         },
         plugin_s=sum(a.elapsed_s for a in step.allocations) + step.observe_s,
@@ -455,6 +508,7 @@ def train_run(
         return actors[rollouts]
 
     gen = _generator(model, 7919 * (ctx.seed + 1))
+    cut_rng = np.random.default_rng([ctx.seed, 104729])  # only `dapo_cut=random` draws from it
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
     stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), allocator, m, total) if cfg.dapo else None
@@ -477,7 +531,9 @@ def train_run(
         t0 = time.perf_counter()
         if stream is not None:
             epoch = stream.drawn // cfg.n_train + 1
-            out = _dapo_rollouts(cfg, ctx, model, stream, gen, coba_cfg.min_rollouts)
+            out = _dapo_rollouts(
+                cfg, ctx, model, stream, gen, coba_cfg.min_rollouts, coba_cfg.group_weight, cut_rng
+            )
             res = stream.last_allocation  # the latest round's allocation (this step's or an earlier one)
             t_plugin = out.plugin_s
             t_gen = time.perf_counter() - t0 - t_plugin
@@ -493,10 +549,14 @@ def train_run(
             t1 = time.perf_counter()
             allocator.observe(wt.rollout_ids, wave.scores, wave.lengths)
             t_plugin = t_alloc + time.perf_counter() - t1
+            rates = np.bincount(wt.rows, weights=wave.scores, minlength=m) / budgets
             out = _StepRollouts(
                 batch=RolloutBatch(wt.prompt_ids, wt.prompt_mask, wt.resp, wt.rmask, wave.scores, wt.rows),
+                composition=batch_composition(
+                    wt.rows, wave.scores, rates, np.zeros(m), coba_cfg.group_weight
+                ),
                 budgets=np.asarray(budgets, np.int64),
-                prompt_rates=np.bincount(wt.rows, weights=wave.scores, minlength=m) / budgets,
+                prompt_rates=rates,
                 scores=wave.scores,
                 generated_tokens=int(wave.lengths.sum()),
                 trained_tokens=int(wave.lengths.sum()),
@@ -534,6 +594,7 @@ def train_run(
             "step_tokens_generated": out.generated_tokens,
             "step_tokens_trained": out.trained_tokens,
             **out.costs,
+            **out.composition,
             "total_budget": total,
             "train_acc": float(out.scores.mean()),
             "batch_pass_rate": float(per_prompt.mean()),

@@ -3,6 +3,8 @@ refills from the prompt stream's rounds, and the run rows that count what genera
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -203,3 +205,86 @@ def test_without_dapo_generated_equals_trained() -> None:
 def test_dapo_with_a_token_budget_is_refused_naming_the_run() -> None:
     with pytest.raises(ValueError, match=r"run 'coba\+token_budget': a token budget .* with dapo=true"):
         LabConfig(**TINY, runs=["uniform", "coba+token_budget"], dapo=True)
+
+
+class _FixedBudgets:
+    """An allocator stand-in: round 0 of 3 prompts gets the budgets [2, 5, 5], every later one [3, 3, 6]."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def allocate(self, ids, total):
+        budgets = [2, 5, 5] if self.rounds == 0 else [3, 3, 6]
+        self.rounds += 1
+        return SimpleNamespace(budgets=np.array(budgets)[: len(ids)])
+
+    def observe(self, ids, scores, lengths=None):
+        pass
+
+
+def _cut_step(**knobs):
+    """Prompt 0 fails every rollout (evicted); the refill takes prompts 3, 4 (B 3, 3): ready
+    [5, 5, 3, 3] for a target of 12, which no whole groups make, so prompt 3's group is cut to 2."""
+    stream = PromptStream(_counting_order(), _FixedBudgets(), 3, 12)
+    return collect_dapo_step(stream, _OneFails(), n=4, min_size=2, max_gen_batches=10, **knobs)
+
+
+def test_whole_only_trains_whole_ready_groups_oldest_first_while_they_fit_and_cuts_none() -> None:
+    cut = _cut_step()
+    assert cut.groups_cut == 1 and cut.cut_rollouts == 1 and cut.trained_rollouts == 12
+    step = _cut_step(whole_only=True)
+    # oldest first while they fit: 5, 5 (10); neither 3 fits
+    pairs = zip(step.trained_groups, step.trained, strict=True)
+    assert [(g.prompt, rows.size) for g, (_, rows, _) in pairs] == [(1, 5), (2, 5)]
+    assert step.groups_cut == step.cut_rollouts == 0 and step.shortfall == 2
+
+
+def test_a_random_cut_keeps_as_many_sessions_as_the_spread_cut_drawn_from_the_rng() -> None:
+    spread = _cut_step()
+    kept = {g.prompt: rows for g, (_, rows, _) in zip(spread.trained_groups, spread.trained, strict=True)}
+    assert kept[3].tolist() == [0, 1]  # the score mix: the success (session 0) and a failure
+    draws = set()
+    for seed in range(8):
+        step = _cut_step(cut="random", rng=np.random.default_rng(seed))
+        got = {g.prompt: rows for g, (_, rows, _) in zip(step.trained_groups, step.trained, strict=True)}
+        assert step.trained_rollouts == 12 and step.groups_cut == 1 and got[3].size == 2
+        assert {p: r.tolist() for p, r in got.items() if p != 3} == {
+            p: r.tolist() for p, r in kept.items() if p != 3
+        }
+        draws.add(tuple(got[3].tolist()))
+    assert len(draws) > 1  # which two are kept depends on the draw
+    with pytest.raises(ValueError, match="rng"):
+        _cut_step(cut="random")
+
+
+def test_groups_carry_the_age_of_their_round_in_steps() -> None:
+    """Prompt 0 fails every rollout, the others have a spread: step 1 takes round 0 (prompts 0-5)
+    and, refilling 2 prompts for the evicted one, begins round 1 (6, 7); step 2 finishes round 1
+    (8-11, allocated a step earlier: age 1) and begins round 2 (12, 13: age 0)."""
+    m, n = 6, 4
+    stream = PromptStream(_counting_order(), _allocator("uniform", False), m, m * n)
+    first = collect_dapo_step(stream, _OneFails(), n=n, min_size=2, max_gen_batches=10)
+    second = collect_dapo_step(stream, _OneFails(), n=n, min_size=2, max_gen_batches=10)
+    assert [(g.prompt, g.age) for g in first.groups] == [(p, 0) for p in range(8)]
+    assert [(g.prompt, g.age) for g in second.groups] == [(8, 1), (9, 1), (10, 1), (11, 1), (12, 0), (13, 0)]
+    assert stream.round_steps == [1, 1, 2]
+
+
+def test_batch_composition_counts_groups_sizes_and_advantage_mass() -> None:
+    # group 0: [1, 0] -> A = +-0.7071 (unbiased std 0.7071); group 1: [1, 0, 0, 0] -> std 0.5,
+    # A = 1.5, -0.5 x 3; group 2: [0, 0] -> no spread, mass 0
+    index = np.array([0, 0, 1, 1, 1, 1, 2, 2])
+    scores = np.array([1, 0, 1, 0, 0, 0, 0, 0], np.float64)
+    out = runner.batch_composition(
+        index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "proportional"
+    )
+    m0, m1 = 2 / np.sqrt(2), 1.5 + 3 * 0.5
+    assert out["trained_groups"] == 3 and out["trained_size_max"] == 4
+    assert out["trained_size_mean"] == pytest.approx(8 / 3)
+    assert out["trained_eff_groups"] == pytest.approx((m0 + m1) ** 2 / (m0**2 + m1**2), rel=1e-5)
+    assert out["trained_top_mass"] == pytest.approx(m1 / (m0 + m1), rel=1e-5)
+    assert out["trained_pass_hist"] == [1, 0, 1, 1, 0, 0] and out["trained_age_mean"] == 1.0
+    # equal group weight: rollout factors (R / G) / B_g = (8/3)/2 and (8/3)/4
+    eq = runner.batch_composition(index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "equal")
+    w0, w1 = m0 * (8 / 3) / 2, m1 * (8 / 3) / 4
+    assert eq["trained_top_mass"] == pytest.approx(max(w0, w1) / (w0 + w1), rel=1e-5)

@@ -22,6 +22,8 @@ TINY = {
     "eval_samples": 1, "snapshot_steps": 2,
 }  # fmt: skip
 TIMING = {"gen_s", "update_s", "plugin_s", "step_s"}
+#: Row values that are lists (pass-rate bin counts), compared exactly.
+HISTOGRAMS = {"pass_hist", "trained_pass_hist"}
 
 
 def _tiny(**kw) -> LabConfig:
@@ -81,8 +83,8 @@ def test_same_seed_reproduces_every_metric_except_timings(lab_run, tmp_path: Pat
     ]
     assert len(again) == len(first)
     for a, b in zip(again, first, strict=True):
-        assert a.get("pass_hist") == b.get("pass_hist")
-        keys = set(a) - TIMING - {"pass_hist"}
+        assert [a.get(k) for k in HISTOGRAMS] == [b.get(k) for k in HISTOGRAMS]
+        keys = set(a) - TIMING - HISTOGRAMS
         assert {k: a[k] for k in keys} == pytest.approx({k: b[k] for k in keys}, nan_ok=True)
 
 
@@ -96,7 +98,8 @@ def test_warm_start_cache_gives_the_same_weights(tmp_path: Path) -> None:
     rows_a, rows_b = read_metrics(a.folder), read_metrics(b.folder)
     assert len(rows_a) == len(rows_b)
     for x, y in zip(rows_a, rows_b, strict=True):
-        keys = set(x) - TIMING - {"pass_hist"}
+        assert [x.get(k) for k in HISTOGRAMS] == [y.get(k) for k in HISTOGRAMS]
+        keys = set(x) - TIMING - HISTOGRAMS
         assert {k: x[k] for k in keys} == pytest.approx({k: y[k] for k in keys}, nan_ok=True)
 
 
