@@ -3,6 +3,7 @@
     python -m coba_verl.arithmetic.tiny --output-dir ~/data/coba/tiny_cpu
     python bench/dapo_tiny.py                                   # seeds 0 1, 32 steps each
     nice -n 5 python bench/dapo_tiny.py --seeds 0 1 2 --steps 40      # docs/verl.md, "What a step costs"
+    python bench/dapo_tiny.py --seeds 0 1 2 --steps 40 --val-every 4  # also the compute to target
 
 Each seed runs ``python -m coba_verl.main`` with ``algorithm.filter_groups.enable=true
 algorithm.filter_groups.metric=reward`` twice, uniform then CoBA, one after the other on the same
@@ -34,7 +35,12 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
 
 then CoBA / uniform ratios of these pooled figures, and per seed the ratios of rollouts and tokens
 generated per trained rollout and of the median step, with their mean and a 95 % t-interval over
-seeds, and the held-out accuracies. ``--logs`` reads the folders of earlier runs instead of
+seeds, and the held-out accuracies. With ``--val-every K`` (``trainer.test_freq=K``) each run
+also validates every K steps, and the compute to target is reported per seed: the rollouts and
+tokens generated (summed ``coba/rollouts_generated``, ``coba/tokens_generated``) up to the first
+validation whose held-out accuracy reaches the same seed's uniform final
+(``coba_verl.lab.report.compute_to_target``), with the count of seeds that reach it and the
+CoBA / uniform ratio over seeds where both do. ``--logs`` reads the folders of earlier runs instead of
 running (seed by seed, uniform then CoBA, as the script prints them). ``coba/trained_rollouts``
 differing from M x n in any step is reported as a defect and the script exits with status 1
 after printing the tables.
@@ -49,7 +55,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 from scipy import stats
-from tiny_runs import mean_held_out, print_side_by_side, read_log, run_seeded
+from tiny_runs import held_out, mean_held_out, print_side_by_side, read_log, run_seeded
+
+from coba_verl.lab.report import compute_to_target
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/tiny_cpu/config/tiny.yaml"
@@ -117,6 +125,41 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
     }
 
 
+def validation_curve(rows: list[dict], key: str) -> list[tuple[float, float]]:
+    """(``key`` summed over the training steps up to and including a validated step, its held-out
+    accuracy) for every validated step, in order: the compute-to-target curve of one run."""
+    curve, total = [], 0.0
+    for row in training_steps(rows):
+        total += row[key]
+        accuracy = held_out([row])
+        if not np.isnan(accuracy):
+            curve.append((total, float(accuracy)))
+    return curve
+
+
+def compute_to_target_table(results: dict[str, list[list[dict]]], seeds: list[int]) -> None:
+    """Per seed, the rollouts and tokens each strategy generated until its held-out accuracy first
+    reached the seed's uniform final; the seeds that reach it; CoBA / uniform over seeds where both do."""
+    print("\ncompute to target (target: the seed's uniform final held-out accuracy)")
+    for key, unit in (("coba/rollouts_generated", "rollouts"), ("coba/tokens_generated", "tokens")):
+        reached = {strategy: 0 for strategy in STRATEGIES}
+        ratios = []
+        for i, seed in enumerate(seeds):
+            target = held_out(results["uniform"][i])
+            found = {s: compute_to_target(validation_curve(results[s][i], key), target) for s in STRATEGIES}
+            for strategy, value in found.items():
+                reached[strategy] += not np.isnan(value)
+            if not np.isnan(found["coba"]) and not np.isnan(found["uniform"]) and found["uniform"] > 0:
+                ratios.append(found["coba"] / found["uniform"])
+            parts = ", ".join(
+                f"{s} {found[s]:,.0f}" if not np.isnan(found[s]) else f"{s} not reached" for s in STRATEGIES
+            )
+            print(f"seed {seed}: target {target:.3f}; {unit} to target {parts}")
+        counts = ", ".join(f"{s} {reached[s]}/{len(seeds)}" for s in STRATEGIES)
+        ratio = interval(ratios) if ratios else "n/a"
+        print(f"{unit}: seeds reaching the target {counts}; coba/uniform where both reach it: {ratio}")
+
+
 def interval(values: list[float]) -> str:
     """Mean and 95 % t-interval over seeds (just the mean for one seed)."""
     mean = float(np.mean(values))
@@ -136,11 +179,22 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument(
+        "--val-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also validate every K steps (trainer.test_freq) and report the compute to target",
+    )
+    parser.add_argument(
         "--logs", nargs="+", type=Path, help="folders of earlier runs to read instead of running"
     )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, for both strategies")
     args = parser.parse_args()
     data = Path(args.data_dir).expanduser()
+    if args.val_every < 0:
+        parser.error(f"--val-every must be 0 (validate after the last step only) or more: {args.val_every}")
+    if args.val_every:
+        args.overrides = [*args.overrides, f"trainer.test_freq={args.val_every}"]
     target = batch_rollouts(args.overrides)
     if args.logs is not None and len(args.logs) != len(STRATEGIES) * len(args.seeds):
         parser.error(f"--logs needs {len(STRATEGIES)} folders per seed, got {len(args.logs)}")
@@ -176,6 +230,8 @@ def main() -> None:
         print(f"{key} ratio over seeds: {interval(values)}")
     delta = [c["held-out"] - u["held-out"] for u, c in zip(seeds["uniform"], seeds["coba"], strict=True)]
     print(f"held-out coba - uniform over seeds: {interval(delta)}")
+    if args.val_every or args.logs is not None:
+        compute_to_target_table(results, args.seeds)
 
     wrong = [
         (strategy, seed, row.get("training/global_step", n + 1), row["coba/trained_rollouts"])
