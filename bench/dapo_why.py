@@ -26,19 +26,19 @@ from typing import Any
 import numpy as np
 
 from coba_verl.lab.experiment import read_metrics
-from coba_verl.lab.report import format_compute, format_table, summarise, t_interval
+from coba_verl.lab.report import format_compute, format_regime, format_table, regime, summarise, t_interval
 
 logger = logging.getLogger("bench.dapo_why")
 
 #: tag -> the lab flags of its run (the design's table).
 TAGS: dict[str, list[str]] = {
     "uniform": ["--runs", "uniform"],
-    "coba": ["--runs", "coba"],
-    "coba:proportional": ["--runs", "coba:proportional"],
+    "coba": ["--runs", "coba", "--dapo-cut", "spread"],
+    "coba:proportional": ["--runs", "coba:proportional", "--dapo-cut", "spread"],
     "cut_random": ["--runs", "coba", "--dapo-cut", "random"],
-    "whole_only": ["--runs", "coba", "--dapo-whole-only", "true"],
-    "b_low_4": ["--runs", "coba", "--coba", "min_rollouts=4"],
-    "b_up_32": ["--runs", "coba", "--coba", "max_rollouts=32"],
+    "whole_only": ["--runs", "coba", "--dapo-whole-only", "true", "--dapo-cut", "spread"],
+    "b_low_4": ["--runs", "coba", "--coba", "min_rollouts=4", "--dapo-cut", "spread"],
+    "b_up_32": ["--runs", "coba", "--coba", "max_rollouts=32", "--dapo-cut", "spread"],
 }
 #: Composition columns averaged per seed over the steps of epoch 2 and later: (row key, header).
 COMPOSITION = (
@@ -144,6 +144,7 @@ def report(tags: list[str], out: Path) -> str:
         tables = f"{format_table(summary, reference)}\n\n{format_compute(summary, reference)}"
         parts.append(f"### Against `{reference}`\n\n{tables}")
     parts.append(f"### What the update trains (epoch 2 on)\n\n{composition_table(rows, tags)}")
+    parts.append(f"### Regime\n\n{format_regime(regime(rows))}")
     return "\n\n".join(parts)
 
 
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown tags {unknown}; known: {', '.join(TAGS)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    commit = _commit()  # the code the runs start from
     load_before = os.getloadavg()
     started = time.monotonic()
     walls = run_all(tags, args)
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish is not None:
         (args.publish / "dapo_why.md").write_text(
             "# Lab study `dapo_why`, scenario `dapo` (design: [dapo_why_design.md](dapo_why_design.md))\n\n"
-            f"Command: `{command.strip()}` (commit {_commit()})\n\n{footer}\n\n{text}\n"
+            f"Command: `{command.strip()}` (commit {commit})\n\n{footer}\n\n{text}\n"
         )
     return 0
 

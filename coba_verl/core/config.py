@@ -23,6 +23,8 @@ from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
 STRATEGIES: tuple[str, ...] = ("coba", "coba_release", "knapsack", "uniform", "static", "reverse")
 SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
 BUDGET_UNITS: tuple[str, ...] = ("rollouts", "tokens")
+#: ``CobaConfig.cut_sessions``: which sessions a group cut to the update's budget keeps.
+CUT_SESSIONS: tuple[str, ...] = ("auto", "random", "spread")
 #: Strategies whose value `coba_verl.core.token_budget` can maximise under a token budget.
 TOKEN_BUDGET_STRATEGIES: tuple[str, ...] = ("coba", "static", "reverse")
 
@@ -215,6 +217,14 @@ class CobaConfig:
             known is allocated as under ``rollouts``.
         prior_weight: Attempts a bare pass rate counts as (its successes are rounded to
             pass_rate x prior_weight). Must be >= 1.
+        cut_sessions: Which sessions a trained group keeps when the update cuts it to make exactly
+            M x n rollouts (veRL's buffers with budgets: DAPO dynamic sampling, the async trainers;
+            the lab's ``dapo``). ``random``: uniformly at random, seeded by ``data.seed``, the
+            group's step and the cut's number. ``spread``: the group's score mix as closely as the
+            kept number allows, its reward spread kept (`core.trained_budget.sessions_to_keep`).
+            ``auto`` (default): ``random`` under DAPO dynamic sampling, ``spread`` otherwise; the
+            lab's DAPO study chose ``random`` by a rule fixed before its runs (docs/lab.md, "Where
+            the accuracy goes under DAPO"). Uniform budgets never cut.
 
     Raises:
         ValueError: an unknown strategy, solver or group_weight; a knob outside its range (the message names
@@ -241,6 +251,7 @@ class CobaConfig:
     prior_file: str | None = None
     prior_weight: int = 8
     budget_unit: str = "rollouts"
+    cut_sessions: str = "auto"
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -301,6 +312,10 @@ class CobaConfig:
                 f"{setting} needs a strategy whose value is maximised under a token budget, one of "
                 f"{TOKEN_BUDGET_STRATEGIES}; {name('strategy')}={self.strategy!r} allocates rollouts only. "
                 f"{fix}, or one of those strategies."
+            )
+        if self.cut_sessions not in CUT_SESSIONS:
+            raise CobaRefusal(
+                f"{name('cut_sessions')}={self.cut_sessions!r} is unknown; choose one of {CUT_SESSIONS}."
             )
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)

@@ -45,8 +45,10 @@ taken whole and the 3 is cut to 2: 2 x 7 + 2 = 16.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -300,3 +302,22 @@ def sessions_to_keep(values: dict[int, float], keep: int) -> set[int]:
         places[v] += 1
         left -= 1
     return {session for v in scores for session in by_value[v][: places[v]]}
+
+
+def random_sessions_to_keep(sessions: Iterable[int], keep: int, seed: Sequence[int]) -> set[int]:
+    """``keep`` of a cut group's ``sessions``, uniformly at random (``coba.cut_sessions=random``):
+    every subset of ``keep`` equally likely, drawn by ``numpy.random.default_rng(seed)`` over the
+    sorted session ids, so the same seed keeps the same sessions whatever order they come in.
+
+    Unlike `sessions_to_keep`, the kept sessions may all score alike (the group then adds no
+    gradient): the lab measured no loss from that under DAPO (docs/lab.md, "Where the accuracy goes
+    under DAPO").
+
+    Raises:
+        ValueError: ``keep`` outside [1, B].
+    """
+    ids = sorted(set(sessions))
+    if not 1 <= keep <= len(ids):
+        raise ValueError(f"keep={keep} must be between 1 and the group's {len(ids)} sessions.")
+    chosen = np.random.default_rng(list(seed)).choice(len(ids), size=keep, replace=False)
+    return {ids[i] for i in chosen}

@@ -50,7 +50,7 @@ class RunSpec:
 
 
 #: ``LabConfig.dapo_cut``: how a DAPO group cut to the remainder picks the sessions it keeps.
-DAPO_CUTS: tuple[str, ...] = ("spread", "random")
+DAPO_CUTS: tuple[str, ...] = ("random", "spread")
 
 
 def parse_run_label(label: str) -> RunSpec:
@@ -169,9 +169,10 @@ class LabConfig:
         dapo_max_gen_batches: Under ``dapo``, at most this many x M prompts generated for one update
             (the DAPO recipe's ``max_num_gen_batches``); past it the update trains what is ready and
             the row records the ``shortfall``.
-        dapo_cut: Under ``dapo``, which sessions a group cut to the remainder keeps: ``spread``
-            (`sessions_to_keep`: the group's score mix, its reward spread kept; veRL's path) or
-            ``random`` (uniformly at random, a counterfactual of docs/lab/dapo_why_design.md).
+        dapo_cut: Under ``dapo``, which sessions a group cut to the remainder keeps: ``random``
+            (uniformly at random; the default, as ``coba.cut_sessions=auto`` is under DAPO in
+            veRL, chosen by the rule of docs/lab/dapo_why_design.md) or ``spread``
+            (`sessions_to_keep`: the group's score mix, its reward spread kept; the default before).
         dapo_whole_only: Under ``dapo``, train whole ready groups only, oldest first while they fit,
             none cut (a counterfactual: the update may train fewer than M x n, the row's
             ``shortfall``).
@@ -211,7 +212,7 @@ class LabConfig:
     prior_samples: int = 8
     dapo: bool = False
     dapo_max_gen_batches: int = 10
-    dapo_cut: str = "spread"
+    dapo_cut: str = "random"
     dapo_whole_only: bool = False
 
     def __post_init__(self) -> None:

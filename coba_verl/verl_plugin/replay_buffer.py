@@ -76,7 +76,13 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 from verl.utils.skip import SkipManager
 
-from coba_verl.core.trained_budget import select_by_age, select_to_budget, sessions_to_keep
+from coba_verl.core.config import CUT_SESSIONS
+from coba_verl.core.trained_budget import (
+    random_sessions_to_keep,
+    select_by_age,
+    select_to_budget,
+    sessions_to_keep,
+)
 from coba_verl.framework_api import constructor_arguments, mismatch
 from coba_verl.verl_plugin.advantage import source_sha256
 from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
@@ -141,6 +147,11 @@ class _CobaBufferHooks:
             sampling by groups (uniform).
         min_group_size: fewest sessions a cut group keeps (``coba.min_rollouts``).
         on_trim: called with the partition and the tags of the sessions cut from a trained group.
+        cut_sessions: which sessions a cut group keeps (``coba.cut_sessions``): ``random``,
+            ``spread``, or ``auto``: ``random`` with a DAPO filter (``filter_groups_metric``),
+            ``spread`` without. `cut_mode` holds the resolved one.
+        cut_seed: the random cut's seed (``data.seed``); the k-th cut of the buffer's life, of a
+            group submitted at step t, draws with ``(cut_seed, t, k)``.
     """
 
     #: veRL methods overridden that must be 0.9.1's, or the buffer refuses to start.
@@ -155,6 +166,8 @@ class _CobaBufferHooks:
         rollouts_per_prompt: int | None = None,
         min_group_size: int = 2,
         on_trim: TrimObserver | None = None,
+        cut_sessions: str = "auto",
+        cut_seed: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -162,6 +175,15 @@ class _CobaBufferHooks:
         self.rollouts_per_prompt = rollouts_per_prompt
         self.min_group_size = min_group_size
         self.on_trim = on_trim
+        if cut_sessions not in CUT_SESSIONS:
+            raise ValueError(f"cut_sessions={cut_sessions!r} is unknown; choose one of {CUT_SESSIONS}.")
+        if cut_sessions == "auto":
+            cut_sessions = "random" if self.filter_groups_metric is not None else "spread"
+        #: the cut rule in force: ``random`` or ``spread``
+        self.cut_mode = cut_sessions
+        self.cut_seed = int(cut_seed)
+        #: cuts made so far (the random cut's draw number)
+        self.cuts_made = 0
         required = verl_changes(self.VERL_REQUIRED)
         if required:
             raise mismatch(
@@ -221,10 +243,10 @@ class _CobaBufferHooks:
         """
         order = [uid for uid in self._age_order(partition_id, ready) if groups.get(uid)]
         sizes = [len(groups[uid]) for uid in order]
+        steps = self.prompt_global_steps[partition_id]
         if clear_surplus:
             choice = select_to_budget(sizes, target, self.min_group_size)
         else:
-            steps = self.prompt_global_steps[partition_id]
             choice = select_by_age(sizes, [steps.get(uid, 0) for uid in order], target, self.min_group_size)
         if choice.shortfall:
             logger.warning(
@@ -236,7 +258,9 @@ class _CobaBufferHooks:
         snapshot = dict(self.partitions[partition_id])
         for position, keep in choice.cuts:
             uid = order[position]
-            kept = self._sessions_to_keep(partition_id, groups[uid], keep)
+            seed = (self.cut_seed, int(steps.get(uid, 0)), self.cuts_made)
+            self.cuts_made += 1
+            kept = self._sessions_to_keep(partition_id, groups[uid], keep, seed)
             cut_keys = [key for s, keys in groups[uid].items() if s not in kept for key in keys]
             if self.on_trim is not None:
                 self.on_trim(partition_id, {key: snapshot[key] for key in cut_keys})
@@ -268,8 +292,14 @@ class _CobaBufferHooks:
         groups = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in ready])
         return groups, sum(len(groups.get(uid, {})) for uid in ready)
 
-    def _sessions_to_keep(self, partition_id: str, sessions: dict[int, list[str]], keep: int) -> set[int]:
-        """``keep`` sessions of a group to cut, by `sessions_to_keep` on the filter metric's values."""
+    def _sessions_to_keep(
+        self, partition_id: str, sessions: dict[int, list[str]], keep: int, seed: tuple[int, ...]
+    ) -> set[int]:
+        """``keep`` sessions of a group to cut: under `cut_mode` ``random`` by
+        `random_sessions_to_keep` with ``seed``, under ``spread`` by `sessions_to_keep` on the
+        filter metric's values."""
+        if self.cut_mode == "random":
+            return random_sessions_to_keep(sessions, keep, seed)
         values = self._session_values(partition_id, [key for keys in sessions.values() for key in keys])
         return sessions_to_keep(values, keep)
 

@@ -286,6 +286,8 @@ class CobaBudgets:
             rollouts_per_prompt=int(self.config.actor_rollout_ref.rollout.n) if counted else None,
             min_group_size=self.coba_config.min_rollouts,
             on_trim=self._observe_trimmed,
+            cut_sessions=self.coba_config.cut_sessions,
+            cut_seed=int(self.config.data.get("seed", 0) or 0),
         )
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:

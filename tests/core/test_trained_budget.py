@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coba_verl.core.trained_budget import select_by_age, select_to_budget, sessions_to_keep
+from coba_verl.core.trained_budget import (
+    random_sessions_to_keep,
+    select_by_age,
+    select_to_budget,
+    sessions_to_keep,
+)
 
 
 def test_groups_that_fit_are_taken_whole_in_order():
@@ -237,3 +242,30 @@ def test_by_age_never_trains_a_group_while_an_older_ready_one_waits(groups, targ
     if most_trained_by_brute_force(same, rest, min_size) == rest:  # the newest step can make the rest
         assert {i for i, t in enumerate(steps) if t < boundary} <= trained
         assert all(steps[i] <= boundary for i in trained)
+
+
+def test_a_random_cut_keeps_each_session_with_probability_keep_over_b_and_every_pair_alike():
+    """6 sessions cut to 2 over 6,000 seeds: each session kept in about 1/3 of the draws and each of
+    the 15 pairs in about 1/15 (a cut by score or by id would keep some never)."""
+    sessions, keep, draws = [10, 11, 12, 13, 14, 15], 2, 6000
+    kept = [frozenset(random_sessions_to_keep(sessions, keep, (7, seed))) for seed in range(draws)]
+    assert all(len(k) == keep and k <= set(sessions) for k in kept)
+    for s in sessions:  # binomial(6000, 1/3): sd 36.5, so +-5 sd
+        assert abs(sum(s in k for k in kept) - draws / 3) < 185
+    pairs = {frozenset(p): 0 for p in itertools.combinations(sessions, 2)}
+    for k in kept:
+        pairs[k] += 1
+    sd = (draws * (1 / 15) * (14 / 15)) ** 0.5
+    assert all(abs(count - draws / 15) < 5 * sd for count in pairs.values())
+
+
+def test_a_random_cut_depends_on_its_seed_not_on_the_order_sessions_come_in():
+    first = random_sessions_to_keep([3, 1, 4, 0, 2, 5, 6, 7], 3, (0, 4, 1))
+    assert random_sessions_to_keep([7, 6, 5, 4, 3, 2, 1, 0], 3, (0, 4, 1)) == first
+    assert len({frozenset(random_sessions_to_keep(range(8), 3, (0, 4, k))) for k in range(20)}) > 1
+
+
+@pytest.mark.parametrize("keep", [0, 5])
+def test_a_random_cut_refuses_a_keep_outside_the_group(keep):
+    with pytest.raises(ValueError, match=f"keep={keep} must be between 1 and the group's 4 sessions"):
+        random_sessions_to_keep(range(4), keep, (0,))

@@ -191,6 +191,27 @@ def test_dapo_run_rows_count_generated_and_trained_rollouts(monkeypatch: pytest.
     assert rows[-1]["tokens_generated"] == sum(r["step_tokens_generated"] for r in rows)
 
 
+@pytest.mark.parametrize(("options", "expected"), [({}, "random"), ({"dapo_cut": "spread"}, "spread")])
+def test_a_dapo_run_cuts_at_random_unless_told_to_keep_the_score_mix(
+    monkeypatch: pytest.MonkeyPatch, options: dict, expected: str
+) -> None:
+    """The DAPO default chosen by docs/lab/dapo_why_design.md's rule: ``dapo_cut=random``."""
+    cuts: list[str] = []
+    real = runner.collect_dapo_step
+
+    def spy(*args, **kwargs):
+        cuts.append(kwargs["cut"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "collect_dapo_step", spy)
+    cfg = LabConfig(
+        **TINY, runs=["coba"], n_train=10, n_eval=10, steps=2, prompts_per_step=5, rollouts_per_prompt=4,
+        eval_every=2, eval_samples=1, lr=3e-3, dapo=True, **options,
+    )  # fmt: skip
+    train_run(cfg, _constant_task_context(cfg), RunSpec("coba"), lambda row: None)
+    assert cuts and set(cuts) == {expected}
+
+
 def test_without_dapo_generated_equals_trained() -> None:
     cfg = LabConfig(
         **TINY, runs=["uniform"], n_train=10, n_eval=10, steps=3, prompts_per_step=5, rollouts_per_prompt=4,

@@ -27,8 +27,9 @@ from coba_verl.verl_plugin.replay_buffer import (
 )
 
 
-def build(cls: type, rollouts_per_prompt: int | None = 4) -> CobaReplayBuffer:
+def build(cls: type, rollouts_per_prompt: int | None = 4, **options) -> CobaReplayBuffer:
     """A CoBA buffer with veRL's defaults, a DAPO filter and a refill function that does nothing."""
+    options = {"filter_groups_metric": "reward", **options}
     return cls(
         trainer_mode="sync" if cls is CobaReplayBuffer else "colocate_async",
         trainer_config=OmegaConf.create({}),
@@ -36,11 +37,11 @@ def build(cls: type, rollouts_per_prompt: int | None = 4) -> CobaReplayBuffer:
         max_off_policy_strategy="drop",
         sampler_kwargs=OmegaConf.create({}),
         refill_fn=lambda count: None,
-        filter_groups_metric="reward",
         train_batch_size=4,
         gen_batch_size=4,
         on_clear=lambda partition_id, uids, tags: None,
         rollouts_per_prompt=rollouts_per_prompt,
+        **options,
     )
 
 
@@ -136,8 +137,8 @@ for cls in (CobaReplayBuffer, CobaReplayBufferAsync):
     buffer = cls.__new__(cls)
     buffer.prompt_global_steps = {"train": {uid: 3 for uid in uids}}  # one step: all tied
     buffer.partitions = {"train": {f"{u}_{s}_0": {} for u, b in zip(uids, sizes) for s in range(b)}}
-    buffer.min_group_size, buffer.on_trim = 2, None
-    buffer._sessions_to_keep = lambda partition_id, sessions, keep: set(sorted(sessions)[:keep])
+    buffer.min_group_size, buffer.on_trim, buffer.cut_seed, buffer.cuts_made = 2, None, 0, 0
+    buffer._sessions_to_keep = lambda partition_id, sessions, keep, seed: set(sorted(sessions)[:keep])
     buffer._clear_groups = lambda partition_id, surplus: None
     groups, _ = buffer._ready_sessions("train", set(uids))
     batch, _ = buffer._take("train", set(uids), groups, 16, clear_surplus=cls is CobaReplayBuffer)
@@ -172,3 +173,39 @@ def test_which_groups_train_and_which_is_cut_do_not_depend_on_the_hash_seed(tmp_
     # makes 16; so the sync update trains g00-g03 whole
     sync = {key.rsplit("_", 2)[0] for key in runs[0]["CobaReplayBuffer"]}
     assert sync == {"g00", "g01", "g02", "g03"}
+
+
+@pytest.mark.parametrize("cls", [CobaReplayBuffer, CobaReplayBufferAsync])
+def test_a_cut_is_random_under_dapo_and_by_score_mix_without_unless_set(cls):
+    assert build(cls).cut_mode == "random"  # a DAPO filter, coba.cut_sessions=auto
+    assert build(cls, filter_groups_metric=None).cut_mode == "spread"
+    assert build(cls, cut_sessions="spread").cut_mode == "spread"
+    assert build(cls, filter_groups_metric=None, cut_sessions="random").cut_mode == "random"
+    with pytest.raises(ValueError, match="cut_sessions='first' is unknown"):
+        build(cls, cut_sessions="first")
+
+
+def test_each_random_cut_draws_with_the_seed_the_groups_step_and_its_own_number(monkeypatch):
+    """Two updates, each cutting one group of a step-5 submission: the cuts draw with (data.seed, 5,
+    0) and (data.seed, 5, 1), keep what `random_sessions_to_keep` keeps with those seeds, and read no
+    score from TransferQueue (a random cut needs none)."""
+    from coba_verl.core.trained_budget import random_sessions_to_keep
+    from coba_verl.verl_plugin import replay_buffer
+
+    cleared: list[list[str]] = []
+    monkeypatch.setattr(replay_buffer.tq, "kv_clear", lambda partition_id, keys: cleared.append(sorted(keys)))
+    monkeypatch.setattr(replay_buffer.tq, "kv_batch_get", lambda **kwargs: pytest.fail("read a score"))
+    buffer = build(CobaReplayBuffer, cut_seed=11)
+    buffer._clear_groups = lambda partition_id, surplus: None
+    buffer._materialize_batch = lambda partition_id, uids, snapshot: sorted(snapshot)
+    kept = []
+    for update in range(2):
+        uids = [f"u{update}a", f"u{update}b"]  # 6 + 8 sessions, 10 to train: the 8 is cut to 4
+        buffer.prompt_global_steps = {"train": {uid: 5 for uid in uids}}
+        sizes = dict(zip(uids, (6, 8), strict=True))
+        buffer.partitions = {"train": {f"{u}_{s}_0": {} for u, b in sizes.items() for s in range(b)}}
+        groups, _ = buffer._ready_sessions("train", set(uids))
+        batch, _ = buffer._take("train", set(uids), groups, 10, clear_surplus=True)
+        kept.append({int(key.split("_")[1]) for key in batch if key.startswith(uids[1])})
+    assert kept == [random_sessions_to_keep(range(8), 4, (11, 5, k)) for k in range(2)]
+    assert buffer.cuts_made == 2 and [len(keys) for keys in cleared] == [4, 4]

@@ -43,6 +43,7 @@ NON_DEFAULT_OVERRIDES = {
     "prior_weight": ("4", 4),
     "group_weight": ("proportional", "proportional"),
     "budget_unit": ("tokens", "tokens"),
+    "cut_sessions": ("spread", "spread"),
 }
 
 

@@ -833,6 +833,10 @@ def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update
         assert data["coba/rollouts"] == data["coba/rollouts_generated"]
     assert_every_step_balances(dapo.logged)
     assert sum(dapo.logged[step]["coba/cut_rollouts"] for step in range(1, STEPS + 1)) > 0
+    # coba.cut_sessions=auto under DAPO: the cut groups kept random sessions, one draw per cut
+    buffer = dapo.trainer.replay_buffer
+    assert buffer.cut_mode == "random" and buffer.cut_seed == int(dapo.trainer.config.data.seed)
+    assert buffer.cuts_made >= sum(dapo.logged[step]["coba/cut_rollouts"] > 0 for step in range(1, STEPS + 1))
 
 
 def test_token_budget_keeps_each_rounds_tokens_and_veRL_trains_what_it_generated(
@@ -1155,10 +1159,20 @@ def test_colocate_async_with_dapo_evicts_to_the_tracker_and_still_trains_m_times
 ):
     """DAPO's filter in the async buffer: all-pass / all-fail groups are evicted through veRL's
     ``_clear_groups`` (scored, then refilled one prompt each from the current round), and every
-    update still trains exactly M x n rollouts."""
+    update still trains exactly M x n rollouts. With ``coba.cut_sessions=spread`` a cut group keeps
+    its reward spread, so every trained group has one (the default under DAPO, ``random``, may cut a
+    group to sessions that all score alike)."""
     run = async_fit(
-        async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, *DAPO, "trainer.save_freq=-1"
+        async_workers,
+        small_config,
+        tiny_tokenizer,
+        transfer_queue,
+        tmp_path,
+        *DAPO,
+        "trainer.save_freq=-1",
+        "coba.cut_sessions=spread",
     )
+    assert run.trainer.replay_buffer.cut_mode == "spread"
     target = PROMPTS_PER_STEP * ROLLOUT_N
     assert [update_cost(u)[0] for u in run.trainer.actor_rollout_wg.updates] == [target] * STEPS
     assert_every_step_balances(run.logged, synchronous=False)
