@@ -36,11 +36,13 @@ reads veRL's own metrics from its file logger. Per strategy, over all steps of a
 then CoBA / uniform ratios of these pooled figures, and per seed the ratios of rollouts and tokens
 generated per trained rollout and of the median step, with their mean and a 95 % t-interval over
 seeds, and the held-out accuracies. With ``--val-every K`` (``trainer.test_freq=K``) each run
-also validates every K steps, and the compute to target is reported per seed: the rollouts and
+also validates before training and every K steps; the compute to target is reported per seed: the rollouts and
 tokens generated (summed ``coba/rollouts_generated``, ``coba/tokens_generated``) up to the first
 validation whose held-out accuracy reaches the same seed's uniform final
 (``coba_verl.lab.report.compute_to_target``), with the count of seeds that reach it and the
-CoBA / uniform ratio over seeds where both do. ``--logs`` reads the folders of earlier runs instead of
+CoBA / uniform ratio over seeds where both do; so is Δ AUC per generated rollout (token), the mean
+held-out accuracy over a common range of generated compute, from the validation before training.
+``--logs`` reads the folders of earlier runs instead of
 running (seed by seed, uniform then CoBA, as the script prints them). ``coba/trained_rollouts``
 differing from M x n in any step is reported as a defect and the script exits with status 1
 after printing the tables.
@@ -57,7 +59,7 @@ import yaml
 from scipy import stats
 from tiny_runs import held_out, mean_held_out, print_side_by_side, read_log, run_seeded
 
-from coba_verl.lab.report import compute_to_target
+from coba_verl.lab.report import auc_until, compute_to_target
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes/tiny_cpu/config/tiny.yaml"
@@ -127,11 +129,16 @@ def summary(rows_by_seed: list[list[dict]]) -> dict[str, float | tuple]:
 
 def validation_curve(rows: list[dict], key: str) -> list[tuple[float, float]]:
     """(``key`` summed over the training steps up to and including a validated step, its held-out
-    accuracy) for every validated step, in order: the compute-to-target curve of one run."""
+    accuracy) for every validated step, in order, from (0, the validation before training) when the
+    run has one: the accuracy-against-compute curve of one run."""
     curve, total = [], 0.0
-    for row in training_steps(rows):
-        total += row[key]
+    for row in rows:
         accuracy = held_out([row])
+        if "timing_s/step" not in row:  # the validation before training (step 0), if any
+            if not np.isnan(accuracy) and not curve:
+                curve.append((0.0, float(accuracy)))
+            continue
+        total += row[key]
         if not np.isnan(accuracy):
             curve.append((total, float(accuracy)))
     return curve
@@ -139,25 +146,34 @@ def validation_curve(rows: list[dict], key: str) -> list[tuple[float, float]]:
 
 def compute_to_target_table(results: dict[str, list[list[dict]]], seeds: list[int]) -> None:
     """Per seed, the rollouts and tokens each strategy generated until its held-out accuracy first
-    reached the seed's uniform final; the seeds that reach it; CoBA / uniform over seeds where both do."""
+    reached the seed's uniform final; the seeds that reach it; CoBA / uniform over seeds where both
+    do; and Δ AUC per generated rollout (token): CoBA's mean held-out accuracy over the first X
+    generated rollouts (tokens) minus uniform's, X the smaller of the two runs' totals, from the
+    validation before training (``coba_verl.lab.report.auc_until``)."""
     print("\ncompute to target (target: the seed's uniform final held-out accuracy)")
     for key, unit in (("coba/rollouts_generated", "rollouts"), ("coba/tokens_generated", "tokens")):
         reached = {strategy: 0 for strategy in STRATEGIES}
-        ratios = []
+        ratios, d_auc = [], []
         for i, seed in enumerate(seeds):
             target = held_out(results["uniform"][i])
-            found = {s: compute_to_target(validation_curve(results[s][i], key), target) for s in STRATEGIES}
+            curves = {s: validation_curve(results[s][i], key) for s in STRATEGIES}
+            found = {s: compute_to_target(curves[s], target) for s in STRATEGIES}
             for strategy, value in found.items():
                 reached[strategy] += not np.isnan(value)
             if not np.isnan(found["coba"]) and not np.isnan(found["uniform"]) and found["uniform"] > 0:
                 ratios.append(found["coba"] / found["uniform"])
+            end = min(curves["coba"][-1][0], curves["uniform"][-1][0]) if all(curves.values()) else 0.0
+            d_auc.append(auc_until(curves["coba"], end) - auc_until(curves["uniform"], end))
             parts = ", ".join(
                 f"{s} {found[s]:,.0f}" if not np.isnan(found[s]) else f"{s} not reached" for s in STRATEGIES
             )
-            print(f"seed {seed}: target {target:.3f}; {unit} to target {parts}")
+            print(f"seed {seed}: target {target:.3f}; {unit} to target {parts}; d AUC {d_auc[-1]:+.4f}")
         counts = ", ".join(f"{s} {reached[s]}/{len(seeds)}" for s in STRATEGIES)
         ratio = interval(ratios) if ratios else "n/a"
         print(f"{unit}: seeds reaching the target {counts}; coba/uniform where both reach it: {ratio}")
+        finite = [d for d in d_auc if not np.isnan(d)]
+        auc = interval(finite) if finite else "n/a (no validation before training)"
+        print(f"d AUC per generated {unit[:-1]}, coba - uniform over seeds: {auc}")
 
 
 def interval(values: list[float]) -> str:
@@ -194,7 +210,8 @@ def main() -> None:
     if args.val_every < 0:
         parser.error(f"--val-every must be 0 (validate after the last step only) or more: {args.val_every}")
     if args.val_every:
-        args.overrides = [*args.overrides, f"trainer.test_freq={args.val_every}"]
+        validate = [f"trainer.test_freq={args.val_every}", "trainer.val_before_train=true"]
+        args.overrides = [*args.overrides, *validate]
     target = batch_rollouts(args.overrides)
     if args.logs is not None and len(args.logs) != len(STRATEGIES) * len(args.seeds):
         parser.error(f"--logs needs {len(STRATEGIES)} folders per seed, got {len(args.logs)}")

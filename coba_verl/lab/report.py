@@ -22,7 +22,7 @@ from scipy import stats
 
 __all__ = [
     "t_interval", "summarise", "regime", "format_table", "format_compute", "format_regime", "format_summary",
-    "seeds_note", "compute_to_target", "LEGEND",
+    "seeds_note", "compute_to_target", "auc_until", "LEGEND",
 ]  # fmt: skip
 
 LEGEND = """\
@@ -131,7 +131,7 @@ def _curve(rs: list[dict[str, Any]], start: float | None, x: str = "rollouts") -
     return head + [(float(r.get(x, math.nan)), r["eval_acc"]) for r in rs if not math.isnan(r["eval_acc"])]
 
 
-def _auc_until(curve: list[tuple[float, float]], end: float) -> float:
+def auc_until(curve: list[tuple[float, float]], end: float) -> float:
     """Mean accuracy over [0, ``end``] of the piecewise-linear curve from its first point: the area
     under it up to ``end`` (interpolated) divided by the range. NaN when the curve does not start at
     0 or ends before ``end``."""
@@ -226,7 +226,7 @@ def _compute(
     how many did; ``{u}_to_target_ratio`` = that compute over the reference's own (the reference
     reaches its final at its last evaluation or earlier), over the seeds where both reached it;
     ``d_auc_{u}`` = the paired difference of mean accuracy over [0, X_s], X_s the smaller of the two
-    runs' total generated compute of seed s (`_auc_until`), so both are compared on the same range.
+    runs' total generated compute of seed s (`auc_until`), so both are compared on the same range.
     Also: generated rollouts and tokens per step, generated rollouts per trained rollout, generation
     waves (submissions) and allocator rounds per step, and ``gen_{u}_ratio``: the run's total
     generated rollouts (tokens) over the reference's, paired by seed (runs of equal steps).
@@ -267,7 +267,7 @@ def _compute(
                 ratio.append(x / own)
             if label != reference and curve_x and ref_x:
                 end = min(curve_x[-1][0], ref_x[-1][0])
-                d_auc.append(_auc_until(curve_x, end) - _auc_until(ref_x, end))
+                d_auc.append(auc_until(curve_x, end) - auc_until(ref_x, end))
         reached = [x for x in reach if not math.isnan(x)]
         out[f"{unit}_to_target"] = t_interval(reached)
         out[f"{unit}_to_target_reached"] = len(reached)
