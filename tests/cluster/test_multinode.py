@@ -12,8 +12,10 @@ TransferQueue storage units, in ``colocate_async`` mode (the ``hf`` server's par
 
 Two launches of about 2-3 minutes each on 2 cores, on one cluster: coba with pass-rate priors for
 2 steps (budgets differ from step 1) with a checkpoint at step 2, then a resume from it to step 3
-(the first of epoch 2). The last test stops the cluster and checks that every process it started
-is gone. Never ``ray stop``: it stops every Ray of the machine.
+(the first of epoch 2), as a second Ray job. CI runs the first launch (about 4.5 minutes with the
+cluster's start and the tiny data); the resume and every check of it are ``e2e_extended``. The last
+test stops the cluster and checks that every process it started is gone. Never ``ray stop``: it
+stops every Ray of the machine.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import yaml
 from tests.cpu_backend import test_verl_e2e as e2e
 from tests.cpu_backend.test_verl_e2e import M, N, step_metrics, trained_groups
 
-#: The end-to-end tests' tiny data and model (their fixture, prepared again for this module).
+#: The end-to-end tests' tiny data and model (their fixture: prepared once a test session).
 tiny = e2e.tiny
 
 pytestmark = pytest.mark.e2e
@@ -256,101 +258,124 @@ def write_priors(tiny: Path, path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tiny, cluster, tmp_path_factory):
-    """The two launches on the cluster: 2 steps with a checkpoint at step 2, then the resume to step 3."""
-    root = tmp_path_factory.mktemp("multinode")
-    priors = write_priors(tiny, root / "priors.jsonl")
-    started = time.monotonic()
-    first = launch(
-        tiny, cluster, root / "first", f"trainer.total_training_steps={SAVED_STEP}",
-        f"trainer.save_freq={SAVED_STEP}", f"coba.prior_file={priors}",
-    )  # fmt: skip
-    first_s = time.monotonic() - started
-    saved = root / "ckpt" / f"global_step_{SAVED_STEP}"
-    resumed = launch(
-        tiny, cluster, root / "resumed", f"trainer.total_training_steps={SAVED_STEP + 1}",
-        "trainer.save_freq=-1", "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}",
-        f"coba.prior_file={priors}",
-    )  # fmt: skip
-    resumed_s = time.monotonic() - started - first_s
-    return SimpleNamespace(root=root, first=first, resumed=resumed, first_s=first_s, resumed_s=resumed_s)
+def priors(tiny, tmp_path_factory) -> Path:
+    return write_priors(tiny, tmp_path_factory.mktemp("multinode") / "priors.jsonl")
+
+
+def launched(
+    cluster: Cluster, before: set[str], out: Path, steps: list[dict], seconds: float
+) -> SimpleNamespace:
+    """A launch's results, with the actors of its own Ray jobs (those not in ``before``) and the
+    cluster's alive nodes, from Ray's state API right after it."""
+    state = cluster.state()
+    jobs = {a["job_id"] for a in state["actors"]} - before
+    actors = [a for a in state["actors"] if a["job_id"] in jobs]
+    return SimpleNamespace(out=out, steps=steps, seconds=seconds, nodes=state["nodes"], actors=actors)
 
 
 @pytest.fixture(scope="module")
-def state(runs, cluster) -> dict[str, list]:
-    """Ray's state of the cluster after both launches."""
-    return cluster.state()
+def first(tiny, cluster, priors) -> SimpleNamespace:
+    """The first launch: 2 steps of coba with the priors, a checkpoint at step 2."""
+    out, started = priors.parent / "first", time.monotonic()
+    steps = launch(
+        tiny, cluster, out, f"trainer.total_training_steps={SAVED_STEP}", f"trainer.save_freq={SAVED_STEP}",
+        f"coba.prior_file={priors}",
+    )  # fmt: skip
+    return launched(cluster, set(), out, steps, time.monotonic() - started)
 
 
-def test_both_nodes_run_a_trainer_rank_and_an_hf_replica_of_each_launch(state):
-    nodes = set(state["nodes"])
-    assert len(nodes) == 2, state
+@pytest.fixture(scope="module")
+def resumed(tiny, cluster, priors, first) -> SimpleNamespace:
+    """The second launch, on the same cluster: the resume from step 2's checkpoint to step 3."""
+    out, started = priors.parent / "resumed", time.monotonic()
+    saved = priors.parent / "ckpt" / f"global_step_{SAVED_STEP}"
+    steps = launch(
+        tiny, cluster, out, f"trainer.total_training_steps={SAVED_STEP + 1}", "trainer.save_freq=-1",
+        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}", f"coba.prior_file={priors}",
+    )  # fmt: skip
+    return launched(cluster, {a["job_id"] for a in first.actors}, out, steps, time.monotonic() - started)
+
+
+#: Each test of a launch runs on both; CI runs the first (the resume is pinned in CI by the V1 kill
+#: test and the colocate_async fit() resume, tests/verl_plugin/test_verl_trainer_loop.py).
+LAUNCHES = ["first", pytest.param("resumed", marks=pytest.mark.e2e_extended)]
+
+
+@pytest.fixture
+def run(request) -> SimpleNamespace:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.mark.parametrize("run", LAUNCHES, indirect=True)
+def test_both_nodes_run_a_trainer_rank_and_an_hf_replica_of_the_launch(run):
+    nodes = set(run.nodes)
+    assert len(nodes) == 2, run.nodes
     # veRL's trainer ranks run in its fused worker class (create_colocated_worker_cls.<locals>.WorkerDict)
     for class_name in ("WorkerDict", "HFServer"):
-        by_job: dict[str, list[str]] = {}
-        for actor in state["actors"]:
-            if actor["class_name"].rsplit(".", 1)[-1] == class_name:
-                by_job.setdefault(actor["job_id"], []).append(actor["node_id"])
-        assert len(by_job) == 2, (class_name, by_job)  # the two launches
-        for job, placed in by_job.items():
-            assert sorted(placed) == sorted(nodes), (class_name, job, placed)  # one on each node
+        placed = [a["node_id"] for a in run.actors if a["class_name"].rsplit(".", 1)[-1] == class_name]
+        assert sorted(placed) == sorted(nodes), (class_name, placed)  # one on each node
 
 
-def test_transfer_queue_runs_veRLs_number_of_storage_units(state):
-    per_job = Counter(a["job_id"] for a in state["actors"] if a["class_name"] == "SimpleStorageUnit")
-    assert GPU_STORAGE_UNITS > 1 and set(per_job.values()) == {GPU_STORAGE_UNITS}, per_job
+@pytest.mark.parametrize("run", LAUNCHES, indirect=True)
+def test_transfer_queue_runs_veRLs_number_of_storage_units(run):
+    units = sum(a["class_name"] == "SimpleStorageUnit" for a in run.actors)
+    assert GPU_STORAGE_UNITS > 1 and units == GPU_STORAGE_UNITS, units
 
 
-def test_every_step_trains_m_times_n_rollouts_with_budgets_that_differ(runs):
-    launches = ((runs.root / "first", runs.first, [1, 2]), (runs.root / "resumed", runs.resumed, [3]))
-    for out, steps, numbers in launches:
-        assert [s["step"] for s in steps] == numbers
-        for s in steps:
-            assert sum(map(len, trained_groups(out, s["step"]).values())) == M * N  # veRL's dump
-            assert s["coba/trained_rollouts"] == M * N
-            fates = ("trained", "cut", "evicted")
-            assert s["coba/rollouts"] == sum(s[f"coba/{fate}_rollouts"] for fate in fates)
-            # budgets from the priors from step 1 on: the allocation's and the trained groups' sizes
-            # (an update trains whole groups of the rounds generation has finished, not one round)
-            group_sizes = [len(rows) for rows in trained_groups(out, s["step"]).values()]
-            assert s["coba/budget_std"] > 0 and len(set(group_sizes)) > 1
-            assert MIN_ROLLOUTS <= min(group_sizes) and max(group_sizes) <= MAX_ROLLOUTS
+@pytest.mark.parametrize("run", LAUNCHES, indirect=True)
+def test_every_step_trains_m_times_n_rollouts_with_budgets_that_differ(run):
+    out, steps = run.out, run.steps
+    assert [s["step"] for s in steps] == ([1, 2] if out.name == "first" else [3])
+    for s in steps:
+        assert sum(map(len, trained_groups(out, s["step"]).values())) == M * N  # veRL's dump
+        assert s["coba/trained_rollouts"] == M * N
+        fates = ("trained", "cut", "evicted")
+        assert s["coba/rollouts"] == sum(s[f"coba/{fate}_rollouts"] for fate in fates)
+        # budgets from the priors from step 1 on: the allocation's and the trained groups' sizes
+        # (an update trains whole groups of the rounds generation has finished, not one round)
+        group_sizes = [len(rows) for rows in trained_groups(out, s["step"]).values()]
+        assert s["coba/budget_std"] > 0 and len(set(group_sizes)) > 1
+        assert MIN_ROLLOUTS <= min(group_sizes) and max(group_sizes) <= MAX_ROLLOUTS
 
 
-def test_the_replicas_sleep_after_generation_and_no_request_reaches_a_sleeping_one(runs):
-    for out in (runs.root / "first", runs.root / "resumed"):
-        logs = sorted((out / "requests").glob("requests-*.jsonl"))
-        assert len(logs) == 2  # one replica on each node
-        for log in logs:
-            asleep: set = set()
-            events = Counter()
-            for line in log.read_text().splitlines():
-                entry = json.loads(line)
-                if entry.get("event") in ("sleep", "wake_up"):
-                    asleep = set(entry["asleep"])
-                if "event" in entry:
-                    events[entry["event"]] += 1
-                else:
-                    assert not asleep, (log, entry["request_id"])
-            assert events["sleep"] >= 1 and events["wake_up"] >= 1, (log, events)
+@pytest.mark.parametrize("run", LAUNCHES, indirect=True)
+def test_the_replicas_sleep_after_generation_and_no_request_reaches_a_sleeping_one(run):
+    logs = sorted((run.out / "requests").glob("requests-*.jsonl"))
+    assert len(logs) == 2  # one replica on each node
+    for log in logs:
+        asleep: set = set()
+        events = Counter()
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("event") in ("sleep", "wake_up"):
+                asleep = set(entry["asleep"])
+            if "event" in entry:
+                events[entry["event"]] += 1
+            else:
+                assert not asleep, (log, entry["request_id"])
+        assert events["sleep"] >= 1 and events["wake_up"] >= 1, (log, events)
 
 
-def test_the_resume_restores_the_allocator_and_every_session_in_flight_at_the_checkpoint(runs):
+def test_the_checkpoint_holds_the_allocator(first):
     from coba_verl.verl_plugin.dataloader import STATE_KEY
 
-    saved = runs.root / "ckpt" / f"global_step_{SAVED_STEP}"
-    data = torch.load(saved / "data.pt", weights_only=False)
+    data = torch.load(first.out.parent / "ckpt" / f"global_step_{SAVED_STEP}" / "data.pt", weights_only=False)
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == SAVED_STEP
-    restored = runs.first[-1]["coba/in_flight_rollouts"]  # in flight when step 2 saved
+
+
+@pytest.mark.e2e_extended
+def test_the_resume_restores_the_allocator_and_every_session_in_flight_at_the_checkpoint(first, resumed):
+    restored = first.steps[-1]["coba/in_flight_rollouts"]  # in flight when step 2 saved
     fates = ("trained", "cut", "evicted", "failed")
-    settled = sum(s[f"coba/{fate}_rollouts"] for s in runs.resumed for fate in fates)
-    generated = sum(s["coba/rollouts_generated"] for s in runs.resumed)
-    assert restored + generated == settled + runs.resumed[-1]["coba/in_flight_rollouts"]
+    settled = sum(s[f"coba/{fate}_rollouts"] for s in resumed.steps for fate in fates)
+    generated = sum(s["coba/rollouts_generated"] for s in resumed.steps)
+    assert restored + generated == settled + resumed.steps[-1]["coba/in_flight_rollouts"]
+    assert resumed.steps[0]["coba/budget_std"] > 0  # step 3 allocates from the restored tracker
 
 
-def test_stopping_the_cluster_leaves_none_of_its_processes(runs, cluster):
-    logger.info("launch times: %.0f s, %.0f s", runs.first_s, runs.resumed_s)
-    assert len(cluster.seen) > 10  # daemons of two nodes and the workers of two launches
+def test_stopping_the_cluster_leaves_none_of_its_processes(first, cluster):
+    logger.info("launch time: %.0f s", first.seconds)
+    assert len(cluster.seen) > 10  # daemons of two nodes and the workers of the launches
     assert cluster.stop() == []
     mentions = [
         p
