@@ -16,9 +16,10 @@ CI) leaves out the ones also marked ``e2e_extended``:
   classic from step 1, see `RESUME_FROM`) is ``e2e_extended``: CI resumes V1 from a run killed
   mid-step (below) and colocate_async on the two-node cluster (``tests/cluster``);
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
-* V1 ``colocate_async`` (the ``hf`` server's partial rollout) and ``separate_async`` (a standalone
-  ``hf`` server fed by the object-store checkpoint engine) for 4 steps; the ``separate_async``
-  resume from step 2 is ``e2e_extended``;
+* V1 ``colocate_async`` (the ``hf`` server's partial rollout) for 4 steps; ``separate_async`` (a
+  standalone ``hf`` server fed by the object-store checkpoint engine) for 4 steps and its resume
+  from step 2 are ``e2e_extended`` (CI runs ``separate_async`` through veRL's ``fit()`` in
+  ``tests/verl_plugin/test_verl_trainer_loop.py`` and the engine in ``test_object_store_engine.py``);
 * ``e2e_extended``: classic, ``coba.strategy=uniform`` against veRL's unmodified
   ``RayPPOTrainer`` (``stock_classic_main.py``) for 2 steps (V1's uniform-equals-stock check
   runs through veRL's ``fit()`` in ``tests/verl_plugin/test_verl_trainer_loop.py``); V1 with
@@ -676,6 +677,7 @@ def request_log(out: Path) -> dict[int, list[dict]]:
     }
 
 
+@pytest.mark.e2e_extended  # CI: separate_async through veRL's fit() (tests/verl_plugin) and the engine's test
 def test_separate_async_trains_m_times_n_an_update_with_weights_sent_to_the_standalone_pool(
     separate_async_run,
 ):
