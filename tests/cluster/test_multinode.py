@@ -263,14 +263,18 @@ def priors(tiny, tmp_path_factory) -> Path:
 
 
 def launched(
-    cluster: Cluster, before: set[str], out: Path, steps: list[dict], seconds: float
+    cluster: Cluster, before: set[str], out: Path, steps: list[dict], numbers: list[int], seconds: float
 ) -> SimpleNamespace:
-    """A launch's results, with the actors of its own Ray jobs (those not in ``before``) and the
-    cluster's alive nodes, from Ray's state API right after it."""
+    """A launch's results (``numbers``: the steps it runs), with the actors of its own Ray jobs
+    (those not in ``before``) and the cluster's alive nodes, from Ray's state API right after it;
+    ``ckpt`` is the checkpoint folder `launch` gives it."""
     state = cluster.state()
     jobs = {a["job_id"] for a in state["actors"]} - before
     actors = [a for a in state["actors"] if a["job_id"] in jobs]
-    return SimpleNamespace(out=out, steps=steps, seconds=seconds, nodes=state["nodes"], actors=actors)
+    return SimpleNamespace(
+        out=out, ckpt=out.parent / "ckpt", steps=steps, numbers=numbers, seconds=seconds,
+        nodes=state["nodes"], actors=actors,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -281,19 +285,20 @@ def first(tiny, cluster, priors) -> SimpleNamespace:
         tiny, cluster, out, f"trainer.total_training_steps={SAVED_STEP}", f"trainer.save_freq={SAVED_STEP}",
         f"coba.prior_file={priors}",
     )  # fmt: skip
-    return launched(cluster, set(), out, steps, time.monotonic() - started)
+    return launched(cluster, set(), out, steps, list(range(1, SAVED_STEP + 1)), time.monotonic() - started)
 
 
 @pytest.fixture(scope="module")
 def resumed(tiny, cluster, priors, first) -> SimpleNamespace:
     """The second launch, on the same cluster: the resume from step 2's checkpoint to step 3."""
     out, started = priors.parent / "resumed", time.monotonic()
-    saved = priors.parent / "ckpt" / f"global_step_{SAVED_STEP}"
+    saved = first.ckpt / f"global_step_{SAVED_STEP}"
     steps = launch(
         tiny, cluster, out, f"trainer.total_training_steps={SAVED_STEP + 1}", "trainer.save_freq=-1",
         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}", f"coba.prior_file={priors}",
     )  # fmt: skip
-    return launched(cluster, {a["job_id"] for a in first.actors}, out, steps, time.monotonic() - started)
+    jobs_before = {a["job_id"] for a in first.actors}
+    return launched(cluster, jobs_before, out, steps, [SAVED_STEP + 1], time.monotonic() - started)
 
 
 #: Each test of a launch runs on both; CI runs the first (the resume is pinned in CI by the V1 kill
@@ -325,7 +330,7 @@ def test_transfer_queue_runs_veRLs_number_of_storage_units(run):
 @pytest.mark.parametrize("run", LAUNCHES, indirect=True)
 def test_every_step_trains_m_times_n_rollouts_with_budgets_that_differ(run):
     out, steps = run.out, run.steps
-    assert [s["step"] for s in steps] == ([1, 2] if out.name == "first" else [3])
+    assert [s["step"] for s in steps] == run.numbers
     for s in steps:
         assert sum(map(len, trained_groups(out, s["step"]).values())) == M * N  # veRL's dump
         assert s["coba/trained_rollouts"] == M * N
@@ -359,7 +364,7 @@ def test_the_replicas_sleep_after_generation_and_no_request_reaches_a_sleeping_o
 def test_the_checkpoint_holds_the_allocator(first):
     from coba_verl.verl_plugin.dataloader import STATE_KEY
 
-    data = torch.load(first.out.parent / "ckpt" / f"global_step_{SAVED_STEP}" / "data.pt", weights_only=False)
+    data = torch.load(first.ckpt / f"global_step_{SAVED_STEP}" / "data.pt", weights_only=False)
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == SAVED_STEP
 
 

@@ -14,7 +14,8 @@ CI) leaves out the ones also marked ``e2e_extended``:
 * for each trainer, V1 sync (``trainer.use_v1=true``) and classic (``trainer.use_v1=false``):
   coba for 4 steps with a checkpoint every step; a resume (V1 from step 2, an epoch boundary;
   classic from step 1, see `RESUME_FROM`) is ``e2e_extended``: CI resumes V1 from a run killed
-  mid-step (below) and colocate_async on the two-node cluster (``tests/cluster``);
+  mid-step (below), and colocate_async with prompts in flight through veRL's ``fit()``
+  (``tests/verl_plugin/test_verl_trainer_loop.py``);
 * V1 with DAPO dynamic sampling (``algorithm.filter_groups.enable=true``) for 3 steps;
 * V1 ``colocate_async`` (the ``hf`` server's partial rollout) for 4 steps; ``separate_async`` (a
   standalone ``hf`` server fed by the object-store checkpoint engine) for 4 steps and its resume
@@ -232,7 +233,7 @@ def test_checkpoint_holds_the_allocator(coba_run):
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == 2
 
 
-@pytest.mark.e2e_extended  # CI resumes V1 in the kill test (a harder resume) and in tests/cluster
+@pytest.mark.e2e_extended  # CI resumes V1 in the kill test below (a harder resume)
 @pytest.mark.parametrize("coba_run", ["v1", "classic"], indirect=True)
 def test_resume_from_a_checkpoint_reproduces_the_budgets(coba_run, tiny, tmp_path):
     """Resume from step r (`RESUME_FROM`): steps r+1 and r+2 give every prompt the budget of the
