@@ -123,7 +123,7 @@ def tensor_part(keys, tags, fields: TensorDict, repeats: int) -> dict[str, float
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
     from verl.workers.utils.padding import response_to_nested
 
-    from coba_verl.verl_plugin.advantage import VERL_ADVANTAGE_FIELDS, group_weight_of_keys, scale_rows
+    from coba_verl.verl_plugin.hooks.advantage import VERL_ADVANTAGE_FIELDS, group_weight_of_keys, scale_rows
 
     # the fields veRL's pass pads: those it reads but the uid (not a tensor) and values (no critic in GRPO)
     padded_fields = [field for field in VERL_ADVANTAGE_FIELDS if field not in ("uid", "values")]
@@ -164,7 +164,7 @@ def transfer_queue_part(keys, tags, fields: TensorDict, repeats: int) -> dict[st
     import transfer_queue as tq
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from coba_verl.verl_plugin.advantage import (
+    from coba_verl.verl_plugin.hooks.advantage import (
         group_weight_of_keys,
         weight_written_advantages,
         weighted_advantage_pass,

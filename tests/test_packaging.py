@@ -64,7 +64,7 @@ SCRIPT_EXTRAS = {
 #: Imports that are probes, not needs: (module, imported top-level name).
 PROBES = {
     # refuses an FSDP run when a TRL without the value head is there
-    ("coba_verl.verl_plugin.preflight", "trl"),
+    ("coba_verl.verl_plugin.launch.preflight", "trl"),
 }
 
 
@@ -339,7 +339,7 @@ with tempfile.TemporaryDirectory() as out:
 """
 _VERL = """
 import importlib.metadata as md, importlib.util
-import coba_verl.main, coba_verl.verl_plugin.registration, coba_verl.cpu.registration, coba_verl.data
+import coba_verl.main, coba_verl.verl_plugin.hooks.registration, coba_verl.cpu.registration, coba_verl.data
 assert importlib.util.find_spec("trl") is None, "TRL is installed beside veRL"
 assert any(e.name == "coba_verl" for e in md.entry_points(group="verl.plugins"))
 """

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin import preflight
+from coba_verl.verl_plugin.launch import preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,12 +128,12 @@ def test_null_checkpoint_folder_goes_next_to_the_training_file_per_experiment(tm
 
 def test_resume_is_announced_at_warning_with_step_and_folder(tmp_path, caplog):
     cfg = config(tmp_path, default_local_dir=str(tmp_path / "ckpt"))
-    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.preflight"):
+    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.launch.preflight"):
         preflight.warn_resume(cfg)
     assert not caplog.records  # nothing to resume
     (tmp_path / "ckpt" / "global_step_16").mkdir(parents=True)
     (tmp_path / "ckpt" / preflight.TRACKER_FILE).write_text("16")
-    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.preflight"):
+    with caplog.at_level(logging.WARNING, logger="coba_verl.verl_plugin.launch.preflight"):
         preflight.warn_resume(cfg)
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
@@ -256,7 +256,7 @@ def test_notes_are_said_once_a_launch_and_a_plugin_refusal_is_one_line(tmp_path)
 def test_the_trainers_check_of_a_config_the_driver_passed_says_nothing_again(caplog):
     """The trainer's own check stays a check (the stock main_ppo route has no other), but on a
     config the driver has checked it neither warns nor logs again."""
-    from coba_verl.verl_plugin.config_bridge import CHECKED_KEY, check_config
+    from coba_verl.verl_plugin.launch.config_bridge import CHECKED_KEY, check_config
 
     cfg = OmegaConf.create(
         {

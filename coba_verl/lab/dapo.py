@@ -11,7 +11,7 @@ One update trains exactly T = M x n rollouts, drawn from as many generation wave
    **ready**, in submission order.
 3. While the ready groups hold fewer than T rollouts: each evicted group adds 2 prompts of refill
    credit (veRL's sync rule, "evict k, refill 2k"); with no credit left, ceil(missing / n)
-   prompts are refilled (`coba_verl.verl_plugin.replay_buffer.CobaReplayBuffer`'s addition for
+   prompts are refilled (`coba_verl.verl_plugin.hooks.replay_buffer.CobaReplayBuffer`'s addition for
    small ready groups); at most M prompts go out per wave (``max_inflight_gen_batches = 1``), and
    the next wave generates them. Every wave finishes before the buffer looks again: the lab's
    generation is one batched call, where veRL's groups finish one by one.

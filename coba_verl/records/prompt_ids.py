@@ -13,7 +13,7 @@ are ranked into dense ids, so N is the number of distinct prompts, not the large
     tracker id per row        [2, 0, 3, 1]
 
 How a trainer reads the values from its dataset is its glue's (e.g.
-`coba_verl.verl_plugin.dataloader.dataset_index_values`).
+`coba_verl.verl_plugin.hooks.dataloader.dataset_index_values`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ It takes the same config and overrides as ``coba-verl train`` (so a recipe's lau
 ``data.val_files``                                    ``data.train_files`` (every training prompt)
 ``actor_rollout_ref.rollout.val_kwargs``              ``n = --samples``, ``do_sample = true`` and the
                                                       training rollout's temperature, top_p, top_k
-``reward.custom_reward_function``                     `coba_verl.verl_plugin.index_reward` around the
+``reward.custom_reward_function``                     `coba_verl.verl_plugin.hooks.index_reward` around the
                                                       run's own function (adds ``extra_info.index``
                                                       to each dumped row; the score is unchanged)
 ``trainer.val_only`` / ``val_before_train``           true / true: validate once, train nothing
@@ -52,14 +52,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.records.priors import PriorRecords, outcome_records, write_prior_file
 from coba_verl.refusal import exit_on_refusal
-from coba_verl.verl_plugin import index_reward, preflight
+from coba_verl.verl_plugin.hooks import index_reward
+from coba_verl.verl_plugin.launch import preflight
 
 __all__ = ["EstimateRequest", "configure", "main", "prior_records", "read_generations", "summary"]
 
 logger = logging.getLogger(__name__)
 
 #: The reward module `configure` puts around the run's own reward function.
-INDEX_REWARD_PATH = "pkg://coba_verl.verl_plugin.index_reward"
+INDEX_REWARD_PATH = "pkg://coba_verl.verl_plugin.hooks.index_reward"
 
 
 @dataclass(frozen=True)

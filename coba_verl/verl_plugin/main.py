@@ -12,9 +12,9 @@ The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL'
 ``TaskRunnerV1``, and ``trainer.v1.trainer_mode=coba_sync`` makes it build `CobaTrainer`; with
 ``trainer.use_v1=false`` it is `CobaTaskRunner` (veRL's classic TaskRunner building
 `CobaRayPPOTrainer`), after the row translation of `translate_config`. Either way the refusals
-of `check_config`, the input checks of `coba_verl.verl_plugin.preflight` (data files through the check of
-``python -m coba_verl.data check``, ``extra_info.index`` among them, the model folder, the
-checkpoint a resume would continue) and the plugin check come before Ray starts, and a refusal
+of `check_config`, the input checks of `coba_verl.verl_plugin.launch.preflight` (data files
+through the check of ``python -m coba_verl.data check``, ``extra_info.index`` among them, the model folder,
+the checkpoint a resume would continue) and the plugin check come before Ray starts, and a refusal
 (`coba_verl.refusal.CobaRefusal`, raised here or in a Ray actor) prints as one line,
 ``coba-verl: <message>``, with exit status 2.
 """
@@ -30,8 +30,8 @@ from omegaconf import DictConfig, open_dict
 
 from coba_verl.core import CobaConfig
 from coba_verl.refusal import CobaRefusal, exit_on_refusal
-from coba_verl.verl_plugin import preflight
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_mode
+from coba_verl.verl_plugin.launch import preflight
+from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE, check_config, coba_mode
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 #: Name of our entry point in the ``verl.plugins`` group (see pyproject.toml).
 PLUGIN_NAME = "coba_verl"
 #: The module that entry point loads.
-PLUGIN_MODULE = "coba_verl.verl_plugin.registration"
+PLUGIN_MODULE = "coba_verl.verl_plugin.hooks.registration"
 
 
 def check_plugin_loaded(mode: str = COBA_TRAINER_MODE) -> None:
@@ -80,13 +80,13 @@ def prepare_config(config: DictConfig) -> CobaConfig:
     """Everything ``main`` does before Ray: refusals, veRL's validate_config, trainer selection.
 
     Returns the `CobaConfig`. V1: ``config.trainer.v1.trainer_mode`` is set to ``coba_sync``;
-    classic: the config is translated to rows (`coba_verl.verl_plugin.classic.translate_config`).
+    classic: the config is translated to rows (`coba_verl.verl_plugin.hooks.classic.translate_config`).
     """
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     if not config.trainer.use_v1:
-        from coba_verl.verl_plugin.classic import translate_config
+        from coba_verl.verl_plugin.hooks.classic import translate_config
 
         translate_config(config)  # before validate_config, which must see the rows veRL will build
     coba_config = check_config(config)
@@ -131,7 +131,7 @@ def run(config: DictConfig) -> None:
     if config.trainer.use_v1:
         run_ppo(config, task_runner_class=TaskRunnerV1)
     else:
-        from coba_verl.verl_plugin.classic import CobaTaskRunner
+        from coba_verl.verl_plugin.hooks.classic import CobaTaskRunner
 
         run_ppo(config, task_runner_class=CobaTaskRunner)
 

@@ -362,7 +362,7 @@ def test_the_replicas_sleep_after_generation_and_no_request_reaches_a_sleeping_o
 
 
 def test_the_checkpoint_holds_the_allocator(first):
-    from coba_verl.verl_plugin.dataloader import STATE_KEY
+    from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY
 
     data = torch.load(first.ckpt / f"global_step_{SAVED_STEP}" / "data.pt", weights_only=False)
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == SAVED_STEP

@@ -4,7 +4,7 @@ veRL's classic ``TaskRunner`` and ``RayPPOTrainer``, unmodified (rollout.n as co
 translation, no allocator; veRL's own ``TaskRunner.run``), on coba-verl's CPU backend: the
 reference run that ``coba.strategy=uniform`` under ``trainer.use_v1=false`` must reproduce. The
 one addition is the CPU backend's gloo workers, added to the worker mapping as
-`coba_verl.verl_plugin.classic.CobaTaskRunner` adds them.
+`coba_verl.verl_plugin.hooks.classic.CobaTaskRunner` adds them.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def test_actor_weights_change_and_the_rollout_serves_them(coba_run, tiny):
 
 
 def test_checkpoint_holds_the_allocator(coba_run):
-    from coba_verl.verl_plugin.dataloader import STATE_KEY
+    from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY
 
     data = torch.load(coba_run.out / "ckpt" / "global_step_2" / "data.pt", weights_only=False)
     assert data[STATE_KEY]["allocator"]["tracker"]["steps"] == 2

@@ -95,7 +95,7 @@ def launch_checks(cfg: DictConfig) -> DictConfig:
     CoBA-RL's refusals; on the CPU backend the launcher's part that changes the config (the
     standalone pool's checkpoint engine); veRL's validate_config and the trainer's name."""
     from coba_verl.cpu.launcher import cpu_backend_enabled, standalone_rollout_slots
-    from coba_verl.verl_plugin.config_bridge import check_config
+    from coba_verl.verl_plugin.launch.config_bridge import check_config
     from coba_verl.verl_plugin.main import prepare_config
 
     cfg = cfg.copy()
@@ -362,7 +362,7 @@ def test_trainer_variable_selects_veRLs_trainer_and_dry_run_prints_it(trainer: s
     assert ("trainer.use_v1=false" in argv) == (not use_v1)
     cfg = checked(compose_run("dapo_math", {"TRAINER": trainer}))
     assert cfg.trainer.use_v1 == use_v1
-    if not use_v1:  # the row translation of coba_verl.verl_plugin.classic, done before validate_config
+    if not use_v1:  # the row translation of coba_verl.verl_plugin.hooks.classic, done before validate_config
         assert cfg.actor_rollout_ref.rollout.n == 1 and cfg.coba_classic.rollout_n == 16
         assert cfg.data.train_batch_size == 256 * 16 and cfg.data.gen_batch_size == 256
         assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 128 * 16

@@ -16,8 +16,9 @@ import pytest
 
 from coba_verl.records.priors import PriorRecords, read_prior_file, write_prior_file
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin import estimate, index_reward
-from coba_verl.verl_plugin.progress import CountingLoader, generations_of
+from coba_verl.verl_plugin import estimate
+from coba_verl.verl_plugin.hooks import index_reward
+from coba_verl.verl_plugin.hooks.progress import CountingLoader, generations_of
 
 REWARD_MODULE = """
 def exact(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
@@ -178,7 +179,7 @@ def test_parse_args_takes_our_flags_and_passes_the_rest_to_hydra(tmp_path):
 
 def test_counting_loader_counts_generations_per_batch_as_veRLs_validation_draws_them(caplog):
     batches = [{"raw_prompt": ["a", "b"]}, {"raw_prompt": ["c"]}]
-    with caplog.at_level(logging.INFO, logger="coba_verl.verl_plugin.progress"):
+    with caplog.at_level(logging.INFO, logger="coba_verl.verl_plugin.hooks.progress"):
         loader = CountingLoader(batches, prompts=3, samples=4)
     assert "3 prompts x 4 samples = 12 generations in 2 batches" in caplog.text
     assert list(loader) == batches and len(loader) == 2

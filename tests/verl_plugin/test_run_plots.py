@@ -1,4 +1,4 @@
-"""`coba_verl.verl_plugin.run_plots`: the run summary's picture and the docs' pictures draw the logged
+"""`coba_verl.verl_plugin.reports.run_plots`: the run summary's picture and the docs' pictures draw the logged
 metrics, and refuse a file that is not a coba-verl run's."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin import run_plots, run_summary
+from coba_verl.verl_plugin.reports import run_plots, run_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,10 +1,10 @@
-"""`coba_verl.verl_plugin.run_summary`: the quick start's summary, read from veRL's file logger."""
+"""`coba_verl.verl_plugin.reports.run_summary`: the quick start's summary, read from veRL's file logger."""
 
 from __future__ import annotations
 
 import json
 
-from coba_verl.verl_plugin import run_summary
+from coba_verl.verl_plugin.reports import run_summary
 
 VAL = "val-core/coba_arithmetic/reward/mean@4"
 

@@ -93,7 +93,7 @@ def test_scale_rows_on_the_flat_values_equals_the_padded_round_trip() -> None:
     factor and unpadding with veRL's ``response_to_nested`` gives (the route it replaced)."""
     from verl.workers.utils.padding import response_to_nested
 
-    from coba_verl.verl_plugin.advantage import scale_rows
+    from coba_verl.verl_plugin.hooks.advantage import scale_rows
 
     gen = torch.Generator().manual_seed(0)
     rows = [torch.randn(n, generator=gen) for n in (3, 1, 5, 2)]

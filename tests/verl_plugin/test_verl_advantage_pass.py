@@ -1,4 +1,4 @@
-"""The group weight inside veRL's V1 advantage pass (`coba_verl.verl_plugin.advantage`), on a real
+"""The group weight inside veRL's V1 advantage pass (`coba_verl.verl_plugin.hooks.advantage`), on a real
 TransferQueue over a local 2-CPU Ray.
 
 One step's trajectories are put as veRL's agent loop leaves them: three prompt groups of 3, 5 and 2
@@ -25,7 +25,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from coba_verl.verl_plugin.advantage import (
+from coba_verl.verl_plugin.hooks.advantage import (
     VERL_ADVANTAGE_SHA256,
     advantage_route,
     group_weight_of_keys,
@@ -33,7 +33,7 @@ from coba_verl.verl_plugin.advantage import (
     weight_written_advantages,
     weighted_advantage_pass,
 )
-from coba_verl.verl_plugin.trainer import (
+from coba_verl.verl_plugin.hooks.trainer import (
     CobaBudgets,
     CobaColocateAsyncTrainer,
     CobaSeparateAsyncTrainer,

@@ -19,7 +19,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.utils.skip import SkipManager
 
 from coba_verl.framework_api import FrameworkMismatch
-from coba_verl.verl_plugin.replay_buffer import (
+from coba_verl.verl_plugin.hooks.replay_buffer import (
     VERL_BUFFER_SHA256,
     CobaReplayBuffer,
     CobaReplayBufferAsync,
@@ -125,8 +125,8 @@ def test_the_counted_sampling_keeps_verls_skip_annotation_where_verl_puts_it():
 
 CUT_SCRIPT = """
 import json, sys
-from coba_verl.verl_plugin import replay_buffer
-from coba_verl.verl_plugin.replay_buffer import CobaReplayBufferAsync, CobaReplayBuffer
+from coba_verl.verl_plugin.hooks import replay_buffer
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBufferAsync, CobaReplayBuffer
 
 sizes = json.loads(sys.argv[1])
 uids = [f"g{i:02d}" for i in range(len(sizes))]
@@ -190,7 +190,7 @@ def test_each_random_cut_draws_with_the_seed_the_groups_step_and_its_own_number(
     0) and (data.seed, 5, 1), keep what `random_sessions_to_keep` keeps with those seeds, and read no
     score from TransferQueue (a random cut needs none)."""
     from coba_verl.core.trained_budget import random_sessions_to_keep
-    from coba_verl.verl_plugin import replay_buffer
+    from coba_verl.verl_plugin.hooks import replay_buffer
 
     cleared: list[list[str]] = []
     monkeypatch.setattr(replay_buffer.tq, "kv_clear", lambda partition_id, keys: cleared.append(sorted(keys)))

@@ -1,4 +1,4 @@
-"""The classic trainer's row translation (`coba_verl.verl_plugin.classic.translate_config`).
+"""The classic trainer's row translation (`coba_verl.verl_plugin.hooks.classic.translate_config`).
 
 What ``python -m coba_verl.main trainer.use_v1=false`` hands to veRL: the user's (M prompts,
 rollout.n = n) as M·n rows of one sample each, mini-batches scaled so that every optimizer step
@@ -13,8 +13,8 @@ import copy
 import pytest
 from omegaconf import OmegaConf
 
-from coba_verl.verl_plugin.classic import CLASSIC_NODE, translate_config
-from coba_verl.verl_plugin.config_bridge import user_batch
+from coba_verl.verl_plugin.hooks.classic import CLASSIC_NODE, translate_config
+from coba_verl.verl_plugin.launch.config_bridge import user_batch
 
 
 @pytest.fixture(scope="module")

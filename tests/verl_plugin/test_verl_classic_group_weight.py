@@ -26,7 +26,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.utils import Role
 
 from coba_verl.core import group_weight
-from coba_verl.verl_plugin.classic import CobaRayPPOTrainer, translate_config, weight_advantages
+from coba_verl.verl_plugin.hooks.classic import CobaRayPPOTrainer, translate_config, weight_advantages
 
 RESPONSE_LENGTH = 5
 

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from coba_verl.core import group_weight
 from coba_verl.core.config import CobaConfig
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
+from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
 from coba_verl.verl_plugin.main import prepare_config
 
 # One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
@@ -93,8 +93,12 @@ def base_1x8(coba_compose, gpu_1x8):
 def test_each_supported_v1_mode_is_sent_to_its_registered_coba_trainer(base_1x8, mode):
     from verl.trainer.ppo.v1 import get_trainer_cls
 
+    from coba_verl.verl_plugin.hooks.trainer import (
+        CobaColocateAsyncTrainer,
+        CobaSeparateAsyncTrainer,
+        CobaTrainer,
+    )
     from coba_verl.verl_plugin.main import prepare_config
-    from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
 
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "trainer.v1.trainer_mode", mode)
@@ -180,7 +184,7 @@ def test_group_weight_old_spelling_tokens_composes_as_proportional(coba_compose,
 def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(base_1x8):
     """``python -m verl.trainer.main_ppo trainer.v1.trainer_mode=coba_sync`` skips coba_verl.main's
     checks; CobaTrainer's constructor makes the same refusals inside TaskRunnerV1."""
-    from coba_verl.verl_plugin.trainer import CobaTrainer
+    from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
 
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "trainer.v1.trainer_mode", COBA_TRAINER_MODE)
@@ -218,7 +222,8 @@ def test_launch_names_the_plugins_own_import_error_that_veRL_logs_at_debug():
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}  # veRL itself skips the plugin
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    assert "coba-verl's veRL plugin (coba_verl.verl_plugin.registration) cannot be imported" in done.stderr
+    plugin = "coba_verl.verl_plugin.hooks.registration"
+    assert f"coba-verl's veRL plugin ({plugin}) cannot be imported" in done.stderr
     assert "PPOTrainerSync.step(self, metrics) differs from the (self, metrics, timing_raw)" in done.stderr
     assert "VERL_USE_EXTERNAL_PLUGINS" not in done.stderr.splitlines()[-1]
 
@@ -240,9 +245,9 @@ def test_fresh_process_registers_the_trainer_on_import_verl_and_composes_the_cli
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True
     )
     lines = out.stdout.splitlines()
-    assert "TRAINER coba_verl.verl_plugin.trainer.CobaTrainer" in lines
+    assert "TRAINER coba_verl.verl_plugin.hooks.trainer.CobaTrainer" in lines
     composed = OmegaConf.create(
-        "\n".join(lines[lines.index("TRAINER coba_verl.verl_plugin.trainer.CobaTrainer") + 1 :])
+        "\n".join(lines[lines.index("TRAINER coba_verl.verl_plugin.hooks.trainer.CobaTrainer") + 1 :])
     )
     assert composed.coba.strategy == "uniform" and composed.coba.kappa == 7
     assert composed.algorithm.adv_estimator == "grpo"
@@ -499,7 +504,7 @@ def test_the_start_rules_follow_veRL_0_9_1s_code_and_step_aside_for_another(
 ):
     """Each rule stands for a piece of veRL's code, checked by its source digest: the installed veRL is
     0.9.1, so every rule applies; against another code the rule is left to veRL, with a WARNING."""
-    from coba_verl.verl_plugin import config_bridge
+    from coba_verl.verl_plugin.launch import config_bridge
 
     for rule, code in config_bridge.VERL_START_CODE.items():
         assert config_bridge.verl_source_sha256(code.path, code.qualname) == code.sha256, rule

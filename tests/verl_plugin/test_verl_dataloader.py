@@ -17,8 +17,8 @@ from verl.utils import tensordict_utils as tu
 from coba_verl.framework_api import FrameworkMismatch
 from coba_verl.records.prompt_ids import PromptIdMap
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
-from coba_verl.verl_plugin.trainer import CobaTrainer
+from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY, CobaDataLoader, prompt_id_map
+from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
 
 pytestmark = pytest.mark.usefixtures("reuse_datasets")
 
@@ -187,7 +187,7 @@ def test_wrap_carries_every_constructor_argument_or_names_the_one_it_cannot(monk
 
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from coba_verl.verl_plugin import dataloader
+    from coba_verl.verl_plugin.hooks import dataloader
 
     loader = StatefulDataLoader(list(range(8)), batch_size=2, drop_last=True, num_workers=0)
     args = dataloader.loader_arguments(loader)

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
-from coba_verl.verl_plugin.trainer import CobaTrainer
+from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY, CobaDataLoader
+from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
 
 pytestmark = pytest.mark.usefixtures("reuse_datasets")
 

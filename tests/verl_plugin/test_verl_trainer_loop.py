@@ -41,11 +41,15 @@ from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode, PPOTrai
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.tokenizer import normalize_token_ids
 
-from coba_verl.verl_plugin.config_bridge import COBA_TRAINER_MODE
-from coba_verl.verl_plugin.dataloader import STATE_KEY
-from coba_verl.verl_plugin.progress import ProgressLines
-from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer
-from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
+from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY
+from coba_verl.verl_plugin.hooks.progress import ProgressLines
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.hooks.trainer import (
+    CobaColocateAsyncTrainer,
+    CobaSeparateAsyncTrainer,
+    CobaTrainer,
+)
+from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
 # 3 ranks: 16 trajectories (plus multi-output extras) never fill lcm(3, ppo_mini_batch_size * n = 8) = 24,
@@ -748,7 +752,7 @@ def test_equal_group_weight_gives_every_trained_group_the_same_weight(
     with DAPO, groups of several submissions), so each group's factors sum to the same R / G. The
     ``after`` case is the route a veRL other than 0.9.1 gets (veRL's pass, then the weight)."""
     if route == "after":
-        monkeypatch.setattr("coba_verl.verl_plugin.trainer.advantage_route", lambda method: "after")
+        monkeypatch.setattr("coba_verl.verl_plugin.hooks.trainer.advantage_route", lambda method: "after")
     trainer, manager = fit(
         loop_config(small_config, tmp_path / "ckpt", *overrides, "coba.group_weight=equal"),
         tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch,
@@ -1024,7 +1028,7 @@ def async_uniform(async_workers, transfer_queue, small_config, tiny_tokenizer, t
 def test_colocate_async_runs_veRLs_async_machinery_with_the_coba_buffer(async_coba):
     from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 
-    from coba_verl.verl_plugin.replay_buffer import CobaReplayBufferAsync
+    from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBufferAsync
 
     trainer = async_coba.trainer
     assert type(trainer) is CobaColocateAsyncTrainer and isinstance(trainer, PPOTrainerColocateAsync)

@@ -3,9 +3,10 @@
 ``trainer.logger=[console,file]`` with ``VERL_FILE_LOGGER_PATH=FILE`` makes veRL write one JSON line
 per logged step (`run_summary.read_metrics` reads it). From such files::
 
-    python -m coba_verl.verl_plugin.run_plots summary METRICS --out summary.png
-    python -m coba_verl.verl_plugin.run_plots budgets METRICS --out budgets.png
-    python -m coba_verl.verl_plugin.run_plots generated --run uniform=U.jsonl --run coba=C.jsonl --out g.png
+    python -m coba_verl.verl_plugin.reports.run_plots summary METRICS --out summary.png
+    python -m coba_verl.verl_plugin.reports.run_plots budgets METRICS --out budgets.png
+    python -m coba_verl.verl_plugin.reports.run_plots generated --run uniform=U.jsonl --run coba=C.jsonl \
+        --out g.png
 
 ``summary`` is the run summary's picture (``run_summary --png``): per training step the budgets
 (min, mean, max of B_i), the share of groups without reward spread (observed, and the share the
@@ -40,7 +41,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from coba_verl.core.allocator import METRIC_PREFIX as PREFIX  # noqa: E402
 from coba_verl.core.values import beta_density  # noqa: E402
 from coba_verl.refusal import CobaRefusal, exit_on_refusal  # noqa: E402
-from coba_verl.verl_plugin.run_summary import read_metrics  # noqa: E402
+from coba_verl.verl_plugin.reports.run_summary import read_metrics  # noqa: E402
 
 __all__ = ["budget_figure", "generated_figure", "main", "save", "summary_figure", "training_steps"]
 
@@ -254,9 +255,9 @@ def _runs(pairs: Sequence[str]) -> dict[str, list[Metrics]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m coba_verl.verl_plugin.run_plots {summary,budgets,generated} ... --out PNG``."""
+    """``python -m coba_verl.verl_plugin.reports.run_plots {summary,budgets,generated} ... --out PNG``."""
     parser = argparse.ArgumentParser(
-        prog="python -m coba_verl.verl_plugin.run_plots",
+        prog="python -m coba_verl.verl_plugin.reports.run_plots",
         description="PNG pictures of coba-verl runs from veRL's file logger (VERL_FILE_LOGGER_PATH).",
     )
     sub = parser.add_subparsers(dest="picture", required=True)

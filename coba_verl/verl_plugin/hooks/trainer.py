@@ -83,17 +83,17 @@ from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.cpu.workers import GlooWorkers
 from coba_verl.framework_api import check_api
 from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
-from coba_verl.verl_plugin.advantage import (
+from coba_verl.verl_plugin.hooks.advantage import (
     advantage_route,
     group_weight_of_keys,
     weight_written_advantages,
     weighted_advantage_pass,
 )
-from coba_verl.verl_plugin.config_bridge import COBA_MODES, check_config
-from coba_verl.verl_plugin.dataloader import CobaDataLoader
-from coba_verl.verl_plugin.progress import ProgressLines
-from coba_verl.verl_plugin.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
-from coba_verl.verl_plugin.sessions import final_outputs, session_tokens, split_key, uid_of
+from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
+from coba_verl.verl_plugin.hooks.progress import ProgressLines
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
+from coba_verl.verl_plugin.hooks.sessions import final_outputs, session_tokens, split_key, uid_of
+from coba_verl.verl_plugin.launch.config_bridge import COBA_MODES, check_config
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,8 @@ class CobaBudgets:
         if coba_class is None:
             logger.warning(
                 "trainer.v1.sampler.custom_sampler=%s: groups it clears without training them do not "
-                "feed the CoBA-RL tracker (subclass coba_verl.verl_plugin.replay_buffer.CobaReplayBuffer)",
+                "feed the CoBA-RL tracker (subclass "
+                "coba_verl.verl_plugin.hooks.replay_buffer.CobaReplayBuffer)",
                 type(buffer).__name__,
             )
             return buffer

@@ -15,7 +15,11 @@ interpreter that ``import verl`` leaves the trainer registered.
 import logging
 import os
 
-from coba_verl.verl_plugin.trainer import CobaColocateAsyncTrainer, CobaSeparateAsyncTrainer, CobaTrainer
+from coba_verl.verl_plugin.hooks.trainer import (
+    CobaColocateAsyncTrainer,
+    CobaSeparateAsyncTrainer,
+    CobaTrainer,
+)
 
 # veRL sets the root logger to WARNING in every process (verl/__init__.py); coba-verl's INFO lines
 # (one per step: budgets, alpha/beta, scores) show through its handlers, as veRL's own loggers do

@@ -50,8 +50,8 @@ from coba_verl.core.metrics import PREFIX, step_metrics
 from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.framework_api import actor_python_class
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX, check_config, user_batch
-from coba_verl.verl_plugin.dataloader import STATE_KEY, CobaDataLoader
+from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY, CobaDataLoader
+from coba_verl.verl_plugin.launch.config_bridge import HELD_OUT_PREFIX, check_config, user_batch
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +149,8 @@ class CobaRayPPOTrainer(RayPPOTrainer):
         if OmegaConf.select(config, f"{CLASSIC_NODE}.rollout_n") is None:
             raise CobaRefusal(
                 "CobaRayPPOTrainer needs the row translation of "
-                "coba_verl.verl_plugin.classic.translate_config (python -m coba_verl.main applies it when "
-                "trainer.use_v1=false)."
+                "coba_verl.verl_plugin.hooks.classic.translate_config (python -m coba_verl.main applies it "
+                "when trainer.use_v1=false)."
             )
         self.coba_config = check_config(config)
         self._prompts, self._rollout_n = user_batch(config)

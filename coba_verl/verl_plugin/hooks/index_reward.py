@@ -6,7 +6,7 @@ prompt text, the score and the reward function's extra values, but not ``extra_i
 (two rows may share it). ``coba-verl estimate`` therefore sets this module as
 ``reward.custom_reward_function`` with the run's own function in its ``reward_kwargs``::
 
-    reward.custom_reward_function.path = pkg://coba_verl.verl_plugin.index_reward
+    reward.custom_reward_function.path = pkg://coba_verl.verl_plugin.hooks.index_reward
     reward.custom_reward_function.name = compute_score          (compute_score_async for an async one)
     reward.custom_reward_function.reward_kwargs.coba_inner_path = <the run's path, or null: veRL's default>
     reward.custom_reward_function.reward_kwargs.coba_inner_name = <the run's name>

@@ -40,7 +40,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import trainer_base
 
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
-from coba_verl.verl_plugin.sessions import split_key
+from coba_verl.verl_plugin.hooks.sessions import split_key
 
 logger = logging.getLogger(__name__)
 

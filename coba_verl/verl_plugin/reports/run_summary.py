@@ -4,7 +4,7 @@
 one JSON line per logged step, ``{"step": s, "data": {metric: value}}`` (the validation before
 training is step 0). From it::
 
-    python -m coba_verl.verl_plugin.run_summary FILE [--log LOG] [--checkpoints DIR] [--png PNG]
+    python -m coba_verl.verl_plugin.reports.run_summary FILE [--log LOG] [--checkpoints DIR] [--png PNG]
 
 writes, per training step, the budgets' range and spread, whether they differ from uniform, the
 groups with no reward spread (all rollouts failed or all passed: no GRPO gradient) among the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
 from coba_verl.core.step_line import held_out_score
-from coba_verl.verl_plugin.config_bridge import HELD_OUT_PREFIX
+from coba_verl.verl_plugin.launch.config_bridge import HELD_OUT_PREFIX
 
 __all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines", "time_line"]
 
@@ -193,9 +193,9 @@ def time_line(metrics: Mapping[int, Mapping[str, float]]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m coba_verl.verl_plugin.run_summary FILE``: write the summary to standard output."""
+    """``python -m coba_verl.verl_plugin.reports.run_summary FILE``: write the summary to standard output."""
     parser = argparse.ArgumentParser(
-        prog="python -m coba_verl.verl_plugin.run_summary",
+        prog="python -m coba_verl.verl_plugin.reports.run_summary",
         description="Summarise a coba-verl run from veRL's file logger (VERL_FILE_LOGGER_PATH).",
     )
     parser.add_argument("metrics", help="the file logger's JSON lines")
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = read_metrics(args.metrics)
     if args.png:
-        from coba_verl.verl_plugin import run_plots  # matplotlib: only when a picture is asked for
+        from coba_verl.verl_plugin.reports import run_plots  # matplotlib: only when a picture is asked for
 
         run_plots.save(run_plots.summary_figure(metrics, f"coba-verl run: {args.metrics}"), args.png)
     lines = summary_lines(

@@ -84,8 +84,8 @@ from coba_verl.core.trained_budget import (
     sessions_to_keep,
 )
 from coba_verl.framework_api import constructor_arguments, mismatch
-from coba_verl.verl_plugin.advantage import source_sha256
-from coba_verl.verl_plugin.sessions import final_outputs, sessions_of, uid_of
+from coba_verl.verl_plugin.hooks.advantage import source_sha256
+from coba_verl.verl_plugin.hooks.sessions import final_outputs, sessions_of, uid_of
 
 logger = logging.getLogger(__name__)
 

@@ -88,7 +88,7 @@ def check_config(config: DictConfig) -> CobaConfig:
 
     Both trainers are checked here: V1's synchronous trainer (``trainer.use_v1=true``, with or
     without DAPO dynamic sampling) and the classic ``RayPPOTrainer`` (``trainer.use_v1=false``,
-    whose own extra rules live in `coba_verl.verl_plugin.classic`). A config that passes is marked
+    whose own extra rules live in `coba_verl.verl_plugin.hooks.classic`). A config that passes is marked
     with `CHECKED_KEY`; checking a marked config again says no warning or INFO line (`_said_before`),
     so that each is said once a launch.
 
@@ -155,7 +155,7 @@ def _refusals(config: DictConfig) -> CobaConfig:
 def user_batch(config: DictConfig) -> tuple[int, int]:
     """(M, n): ``data.train_batch_size`` and ``rollout.n`` as the user set them.
 
-    The classic trainer's translation (`coba_verl.verl_plugin.classic.translate_config`) moves
+    The classic trainer's translation (`coba_verl.verl_plugin.hooks.classic.translate_config`) moves
     them into ``coba_classic`` before veRL sees the config; this reads them from there when set.
     """
     kept = OmegaConf.select(config, "coba_classic")
@@ -571,7 +571,7 @@ def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
     generated (``_balance_batch`` pads any count to its mini-batch multiple), so it is supported
     there. DAPO and failed-group refill train exactly M x rollout.n rollouts (`core.trained_budget`),
     a count a token budget does not keep; the classic trainer's batch is sized as M x rollout.n
-    rows before generation (`coba_verl.verl_plugin.classic`).
+    rows before generation (`coba_verl.verl_plugin.hooks.classic`).
 
     Raises:
         ValueError: ``tokens`` with the classic trainer, DAPO, ``sync_refill_failed_groups`` or an
