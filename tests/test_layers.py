@@ -78,3 +78,49 @@ def test_a_module_imports_only_the_parts_below_its_own(path):
     part = part_of(path)
     upward = imported_parts(path) - ALLOWED[part] - {part}
     assert not upward, f"{path.relative_to(PACKAGE)} ({part}) imports {sorted(upward)}"
+
+
+#: The veRL wing's rooms (docs/architecture.md), named for when they run, and the rooms each may
+#: import: the launch checks run before Ray (and again in the trainer's constructor, so the hooks
+#: may import them), the hooks inside veRL's trainers, the reports after a run; `verl_names` holds
+#: the veRL names every room reads; `main` and `estimate` are the wing's commands.
+WING = PACKAGE / "verl_plugin"
+WING_ALLOWED: dict[str, set[str]] = {
+    "__init__": set(),
+    "verl_names": set(),
+    "launch": {"verl_names"},
+    "hooks": {"launch", "verl_names"},
+    "reports": {"verl_names"},
+    "main": {"launch", "hooks", "verl_names"},
+    "estimate": {"launch", "hooks", "main", "verl_names"},
+}
+
+
+def _wing_room(name: str) -> str | None:
+    parts = name.split(".")
+    if parts[:2] != ["coba_verl", "verl_plugin"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+WING_MODULES = sorted(WING.rglob("*.py"))
+
+
+def test_every_room_of_the_verl_wing_has_a_row():
+    assert {p.relative_to(WING).parts[0].removesuffix(".py") for p in WING_MODULES} == set(WING_ALLOWED)
+
+
+@pytest.mark.parametrize("path", WING_MODULES, ids=lambda p: str(p.relative_to(WING)))
+def test_a_room_of_the_verl_wing_imports_only_the_rooms_it_may(path):
+    room = path.relative_to(WING).parts[0].removesuffix(".py")
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            # ``from coba_verl.verl_plugin import main`` imports the room ``main``, not the wing's __init__
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    rooms = {r for r in map(_wing_room, names) if r is not None} - {room}
+    upward = sorted(rooms - WING_ALLOWED[room])
+    assert not upward, f"{path.relative_to(WING)} ({room}) imports {upward}"
+

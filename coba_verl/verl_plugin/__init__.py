@@ -2,23 +2,26 @@
 and separate_async trainers (through ``__rollout_n__``, with or without DAPO) and in the classic
 ``RayPPOTrainer`` (as repeated rows).
 
-Modules:
-    config_bridge  ``coba`` config node -> `CobaConfig`; the refused veRL configurations.
-    dataloader     `CobaDataLoader`: veRL's training loader, checkpointing the allocator in data.pt.
-    trainer        `CobaBudgets` in `CobaTrainer` (V1 sync, ``trainer_mode=coba_sync``),
-                   `CobaColocateAsyncTrainer` (``coba_colocate_async``) and `CobaSeparateAsyncTrainer`
-                   (``coba_separate_async``); the step's rollout ledger.
-    replay_buffer  `CobaReplayBuffer` / `CobaReplayBufferAsync`: veRL's buffers, showing the tracker
-                   every group they clear; with budgets an update trains exactly M x n rollouts.
-    sessions       a V1 group's sessions from its trajectory keys.
-    classic        `CobaRayPPOTrainer` and `CobaTaskRunner`: the classic trainer (``trainer.use_v1=false``).
-    index_reward   a reward wrapper recording each sample's prompt index (``coba-verl estimate``).
-    progress       the step's line and a progress count over veRL's validation loop.
-    run_summary    a short summary of a run, read from veRL's file logger.
-    registration   target of the ``verl.plugins`` entry point; imports `trainer`.
-    main           ``python -m coba_verl.main`` / ``coba-verl train``: checks, then veRL's ``run_ppo``.
-    estimate       ``coba-verl estimate``: each training prompt's pass rate, measured by veRL.
-    preflight      what the driver checks before Ray starts, and the one-line refusal.
+The wing's rooms, named for when their code runs:
+
+    launch/     before Ray starts (and again in the trainer's constructor): the ``coba`` node ->
+                `CobaConfig` and the veRL configurations refused (`config_bridge`), veRL's own
+                start-up conditions checked before Ray (`verl_start`, `separate_async_start`, gated
+                by `verl_code`'s source digests), the driver's input checks (`preflight`).
+    hooks/      inside veRL's trainers, every step: `CobaBudgets` and the registered trainers
+                (`trainer`, `registration` is the ``verl.plugins`` entry point), the replay buffers
+                (`replay_buffer`, `async_replay_buffer`), each session's fate (`session_fates`),
+                the step's counts (`step_counts`), the group weight in veRL's advantage pass
+                (`advantage`), the loader carrying the allocator (`dataloader`), the classic trainer
+                (`classic`), a group's sessions (`sessions`), the step line (`progress`), the
+                estimate's reward wrapper (`index_reward`), the veRL code they rely on (`verl_guards`).
+    reports/    after a run, from veRL's file logger: `run_summary` and its pictures (`run_plots`),
+                both reading `metrics_file`.
+
+At the door: `main` (``python -m coba_verl.main`` / ``coba-verl train``: the launch checks, then
+veRL's ``run_ppo``), `estimate` (``coba-verl estimate``), and `verl_names` (the veRL names every
+room reads). tests/test_layers.py holds the rooms to their arrows: launch imports no other room,
+hooks import launch (the trainer repeats its checks), reports import neither.
 
 Prompt ids (``extra_info.index`` -> tracker ids) and priors are the shared records'
 (`coba_verl.records`), the ``coba/`` metrics the core's (`coba_verl.core.metrics`).

@@ -31,7 +31,8 @@ from omegaconf import DictConfig, open_dict
 from coba_verl.core import CobaConfig
 from coba_verl.refusal import CobaRefusal, exit_on_refusal
 from coba_verl.verl_plugin.launch import preflight
-from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE, check_config, coba_mode
+from coba_verl.verl_plugin.launch.config_bridge import check_config
+from coba_verl.verl_plugin.verl_names import COBA_TRAINER_MODE, coba_mode
 
 logger = logging.getLogger(__name__)
 

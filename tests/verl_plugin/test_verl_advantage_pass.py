@@ -29,7 +29,6 @@ from coba_verl.verl_plugin.hooks.advantage import (
     VERL_ADVANTAGE_SHA256,
     advantage_route,
     group_weight_of_keys,
-    source_sha256,
     weight_written_advantages,
     weighted_advantage_pass,
 )
@@ -39,6 +38,7 @@ from coba_verl.verl_plugin.hooks.trainer import (
     CobaSeparateAsyncTrainer,
     CobaTrainer,
 )
+from coba_verl.verl_plugin.hooks.verl_guards import source_sha256
 
 # (key, response length, score): groups a (3 sessions, session 1 of two outputs), b (5), c (2)
 ROWS = [

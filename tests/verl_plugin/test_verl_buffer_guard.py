@@ -19,12 +19,9 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.utils.skip import SkipManager
 
 from coba_verl.framework_api import FrameworkMismatch
-from coba_verl.verl_plugin.hooks.replay_buffer import (
-    VERL_BUFFER_SHA256,
-    CobaReplayBuffer,
-    CobaReplayBufferAsync,
-    verl_changes,
-)
+from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.hooks.verl_guards import VERL_BUFFER_SHA256, verl_changes
 
 
 def build(cls: type, rollouts_per_prompt: int | None = 4, **options) -> CobaReplayBuffer:
@@ -126,7 +123,8 @@ def test_the_counted_sampling_keeps_verls_skip_annotation_where_verl_puts_it():
 CUT_SCRIPT = """
 import json, sys
 from coba_verl.verl_plugin.hooks import replay_buffer
-from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBufferAsync, CobaReplayBuffer
+from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer
 
 sizes = json.loads(sys.argv[1])
 uids = [f"g{i:02d}" for i in range(len(sizes))]

@@ -20,8 +20,9 @@ from omegaconf import OmegaConf
 from coba_verl.core import group_weight
 from coba_verl.core.config import CobaConfig
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE, check_config, coba_config_from
+from coba_verl.verl_plugin.launch.config_bridge import check_config, coba_config_from
 from coba_verl.verl_plugin.main import prepare_config
+from coba_verl.verl_plugin.verl_names import COBA_TRAINER_MODE
 
 # One non-default value per CobaConfig field; a new field must be added here (and to the yaml).
 NON_DEFAULT_OVERRIDES = {
@@ -504,24 +505,24 @@ def test_the_start_rules_follow_veRL_0_9_1s_code_and_step_aside_for_another(
 ):
     """Each rule stands for a piece of veRL's code, checked by its source digest: the installed veRL is
     0.9.1, so every rule applies; against another code the rule is left to veRL, with a WARNING."""
-    from coba_verl.verl_plugin.launch import config_bridge
+    from coba_verl.verl_plugin.launch import verl_code
 
-    for rule, code in config_bridge.VERL_START_CODE.items():
-        assert config_bridge.verl_source_sha256(code.path, code.qualname) == code.sha256, rule
-    assert config_bridge.verl_source_sha256(code.path, "PPOTrainer.no_such_method") is None
+    for rule, code in verl_code.VERL_START_CODE.items():
+        assert verl_code.verl_source_sha256(code.path, code.qualname) == code.sha256, rule
+    assert verl_code.verl_source_sha256(code.path, "PPOTrainer.no_such_method") is None
     config = copy.deepcopy(separate_1x8)
     OmegaConf.update(config, "actor_rollout_ref.rollout.checkpoint_engine.backend", "naive")
     with pytest.raises(CobaRefusal):
         check_config(copy.deepcopy(config))
-    changed = config_bridge.VERL_START_CODE["separate_async"]._replace(sha256="0" * 64)
-    monkeypatch.setitem(config_bridge.VERL_START_CODE, "separate_async", changed)
-    config_bridge._say_code_changed.cache_clear()
-    with caplog.at_level("WARNING", logger=config_bridge.__name__):
+    changed = verl_code.VERL_START_CODE["separate_async"]._replace(sha256="0" * 64)
+    monkeypatch.setitem(verl_code.VERL_START_CODE, "separate_async", changed)
+    verl_code._say_code_changed.cache_clear()
+    with caplog.at_level("WARNING", logger=verl_code.__name__):
         check_config(copy.deepcopy(config))  # left to veRL, which still stops on it
     assert (
         "PPOTrainerSeparateAsync.__init__ (verl/trainer/ppo/v1/trainer_separate_async.py) is not"
         in caplog.text
     )
-    config_bridge._say_code_changed.cache_clear()
+    verl_code._say_code_changed.cache_clear()
     with pytest.raises(AssertionError, match="nccl/nixl/mooncake"):
         verl_trainer(config, "separate_async")

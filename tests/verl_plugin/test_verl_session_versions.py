@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coba_verl.verl_plugin.hooks.trainer import session_versions
+from coba_verl.verl_plugin.hooks.step_counts import session_versions
 
 
 def tag(low: int | None, high: int | None, **extra) -> dict:

@@ -49,7 +49,7 @@ from coba_verl.verl_plugin.hooks.trainer import (
     CobaSeparateAsyncTrainer,
     CobaTrainer,
 )
-from coba_verl.verl_plugin.launch.config_bridge import COBA_TRAINER_MODE
+from coba_verl.verl_plugin.verl_names import COBA_TRAINER_MODE
 
 STEPS = 6  # 12 prompts, 4 per step: steps 1-3 are epoch 1, steps 4-6 revisit every prompt
 # 3 ranks: 16 trajectories (plus multi-output extras) never fill lcm(3, ppo_mini_batch_size * n = 8) = 24,
@@ -1028,7 +1028,7 @@ def async_uniform(async_workers, transfer_queue, small_config, tiny_tokenizer, t
 def test_colocate_async_runs_veRLs_async_machinery_with_the_coba_buffer(async_coba):
     from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 
-    from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBufferAsync
+    from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 
     trainer = async_coba.trainer
     assert type(trainer) is CobaColocateAsyncTrainer and isinstance(trainer, PPOTrainerColocateAsync)

@@ -26,8 +26,6 @@ give the same advantages bit for bit (``tests/verl_plugin/test_verl_advantage_pa
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -41,6 +39,7 @@ from verl.trainer.ppo.v1 import trainer_base
 
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
 from coba_verl.verl_plugin.hooks.sessions import split_key
+from coba_verl.verl_plugin.hooks.verl_guards import source_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -98,14 +97,6 @@ def group_weight_of_keys(keys: list[str], tags: list[Mapping], group_weight: str
         uids = np.asarray([uid for uid, _ in sessions])  # (R,) the group of each session
         factors[rows] = rollout_weights(uids, group_weight)[row_session]
     return factors
-
-
-def source_sha256(method: Callable[..., Any]) -> str | None:
-    """sha256 of a method's source text, or None where Python cannot read it (no ``.py`` file)."""
-    try:
-        return hashlib.sha256(inspect.getsource(method).encode()).hexdigest()
-    except (OSError, TypeError):
-        return None
 
 
 def advantage_route(verl_method: Callable[..., Any]) -> Route:

@@ -51,7 +51,8 @@ from coba_verl.core.step_line import held_out_score, step_line
 from coba_verl.framework_api import actor_python_class
 from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.hooks.dataloader import STATE_KEY, CobaDataLoader
-from coba_verl.verl_plugin.launch.config_bridge import HELD_OUT_PREFIX, check_config, user_batch
+from coba_verl.verl_plugin.launch.config_bridge import check_config, user_batch
+from coba_verl.verl_plugin.verl_names import HELD_OUT_PREFIX
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from coba_verl.core.step_line import step_line
-from coba_verl.verl_plugin.launch.config_bridge import HELD_OUT_PREFIX
+from coba_verl.verl_plugin.verl_names import HELD_OUT_PREFIX
 
 __all__ = ["CountingLoader", "ProgressLines", "generations_of"]
 

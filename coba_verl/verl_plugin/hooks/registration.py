@@ -2,7 +2,7 @@
 
 ``import verl`` imports every ``verl.plugins`` entry point, in every process that imports veRL
 (driver, ``TaskRunnerV1`` actor, workers). Importing this module registers the three CoBA
-trainers in veRL's trainer registry, one per V1 mode (`config_bridge.COBA_MODES`): `CobaTrainer`
+trainers in veRL's trainer registry, one per V1 mode (`verl_names.COBA_MODES`): `CobaTrainer`
 as ``trainer.v1.trainer_mode=coba_sync``, `CobaColocateAsyncTrainer` as ``coba_colocate_async``
 and `CobaSeparateAsyncTrainer` as ``coba_separate_async``, which is what ``TaskRunnerV1`` looks up
 inside its Ray actor, and sets the level of the ``coba_verl`` loggers (``COBA_LOGGING_LEVEL``,

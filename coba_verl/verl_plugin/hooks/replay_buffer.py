@@ -60,18 +60,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1 import replay_buffer as verl_replay_buffer
 from verl.trainer.ppo.v1.replay_buffer import (
     FILTER_GROUPS_REWARD_METRIC,
     ReplayBuffer,
-    ReplayBufferAsync,
     _accumulate_eviction_metrics,
 )
 from verl.utils.skip import SkipManager
@@ -84,46 +80,14 @@ from coba_verl.core.trained_budget import (
     sessions_to_keep,
 )
 from coba_verl.framework_api import constructor_arguments, mismatch
-from coba_verl.verl_plugin.hooks.advantage import source_sha256
 from coba_verl.verl_plugin.hooks.sessions import final_outputs, sessions_of, uid_of
+from coba_verl.verl_plugin.hooks.verl_guards import verl_changes
 
 logger = logging.getLogger(__name__)
-
-#: sha256 of ``inspect.getsource`` of each veRL 0.9.1 method the CoBA buffers override or
-#: re-implement (`verl_changes`), by ``"<class>.<method>"`` in ``verl/trainer/ppo/v1/replay_buffer.py``.
-VERL_BUFFER_SHA256: dict[str, str] = {
-    # overridden: every group cleared untrained passes here, so the tracker sees it (:241-259)
-    "ReplayBuffer._clear_groups": "46adae90d465f15a4bd3ff1154da6dba5c27a8288030e11aeb2bd477e8e87b42",
-    # re-implemented by CobaReplayBuffer._sample_rollouts (:421-511), with its eviction reasons (:318-336)
-    "ReplayBuffer.sample": "cdcecebeb7f0b44e9726b62e208fb6821023591d8b91b0a9ad56750a96363e43",
-    "ReplayBuffer._terminal_eviction_reasons": "4ffdb3bccfea999a7f8a6b029ecc5124a91336b699f6fd43156c7d890f1b5836",  # noqa: E501
-    # re-implemented by _take: oldest first by submission step (:383-392)
-    "ReplayBuffer._select_prompt_uids": "d54921984c037a787c87aed3f59301fcbaafc66c2871a845ad37bad5104628ab",
-    # re-implemented by CobaReplayBufferAsync._sample_rollouts (:564-613), its staleness wait (:541-556)
-    "ReplayBufferAsync.sample": "d31f3d3955ec5cfd944e628eb8468b97854feb4363b74f0b1617fbce5344ff77",
-    "ReplayBufferAsync.wait_for_sampleable": "5590a1b06f671763968213e1353f5bd93a64a342b620762f9ec9b2ecc8e5db56",  # noqa: E501
-    "ReplayBufferAsync._has_enough_samples": "42cfe96fe02c45680c9aa7b9101f51054bf0c142cd7005cf89f243bb7aafdbdb",  # noqa: E501
-    # overridden by CobaReplayBufferAsync (failed groups with enough finished sessions train), whose
-    # staleness test for them mirrors _stale_terminal_keys (:520-529)
-    "ReplayBufferAsync._terminal_eviction_reasons": "dee4779773543c4cb0f6a965fb127c404d3c08599265c2d13927205d37c740a2",  # noqa: E501
-    "ReplayBufferAsync._stale_terminal_keys": "a71c810a9e452911e8d43a008879de5101c421bd52d00383c9e1d208212cced4",  # noqa: E501
-}
 
 #: Prompt groups in a row that came back with no finished session after which the sync buffer stops,
 #: in rounds of ``train_batch_size`` prompts (`CobaReplayBuffer._sample_rollouts`).
 EMPTY_GROUP_ROUNDS = 2
-
-
-def verl_changes(names: Iterable[str]) -> list[str]:
-    """The ``"<class>.<method>"`` of ``names`` whose veRL method is missing or whose source is not the
-    one `VERL_BUFFER_SHA256` holds (veRL 0.9.1's), read from veRL's classes at call time."""
-    changed = []
-    for name in names:
-        owner, method = name.split(".")
-        function = getattr(verl_replay_buffer, owner).__dict__.get(method)
-        if function is None or source_sha256(function) != VERL_BUFFER_SHA256[name]:
-            changed.append(name)
-    return changed
 
 
 #: ``on_clear(partition_id, uids, trajectory tags {key: tag} of the partition)``.
@@ -132,7 +96,7 @@ ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
 TrimObserver = Callable[[str, dict[str, dict]], None]
 
 
-class _CobaBufferHooks:
+class CobaBufferHooks:
     """What both CoBA buffers add to veRL's: ``on_clear`` before each group clear, ``on_trim`` for the
     sessions cut from a trained group, and a batch of exactly a rollout target (`_take`).
 
@@ -206,7 +170,7 @@ class _CobaBufferHooks:
             )
 
     @classmethod
-    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> _CobaBufferHooks:
+    def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> CobaBufferHooks:
         """A `CobaReplayBuffer` built with every constructor argument of veRL's ``buffer``.
 
         The argument names come from `ReplayBuffer`'s signature (veRL stores each under its own
@@ -321,7 +285,7 @@ class _CobaBufferHooks:
         return dict(zip(last, values, strict=True))
 
 
-class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
+class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
     """veRL's sync `ReplayBuffer` with the CoBA hooks; under DAPO with budgets, M x n rollouts a step."""
 
     VERL_REIMPLEMENTED = (
@@ -414,111 +378,4 @@ class CobaReplayBuffer(_CobaBufferHooks, ReplayBuffer):
                     key = f"{self._metrics_prefix(partition_id)}/filter_groups/discarded_surplus_samples"
                     eviction_metrics[key] = eviction_metrics.get(key, 0) + surplus
                 return batch, eviction_metrics
-            last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)
-
-
-class CobaReplayBufferAsync(_CobaBufferHooks, ReplayBufferAsync):
-    """veRL's `ReplayBufferAsync` with the CoBA hooks; with budgets, each update trains exactly
-    ``batch_size`` x n rollouts, and a failed group with ``min_group_size`` finished sessions trains
-    them (module docstring)."""
-
-    VERL_REIMPLEMENTED = (
-        "ReplayBuffer._select_prompt_uids",
-        "ReplayBufferAsync.sample",
-        "ReplayBufferAsync.wait_for_sampleable",
-        "ReplayBufferAsync._has_enough_samples",
-        "ReplayBufferAsync._terminal_eviction_reasons",
-        "ReplayBufferAsync._stale_terminal_keys",
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # kept failed groups are immutable once terminal: their DAPO value (None: a spread) is cached,
-        # as veRL caches its finished groups' (``_dapo_classification_cache``)
-        self._failed_dapo_cache: dict[str, dict[str, float | None]] = {}
-
-    def counts_rollouts(self, partition_id: str) -> bool:
-        """True where `sample` counts rollouts: training, with budgets, against veRL 0.9.1's sampling."""
-        return partition_id != "val" and self.rollouts_per_prompt is not None and not self.verl_changed
-
-    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
-        """veRL's `sample`, or, where `counts_rollouts`, a batch of exactly ``batch_size`` x n sessions."""
-        if not self.counts_rollouts(partition_id):
-            return super().sample(global_steps, partition_id, batch_size)
-        assert self.rollouts_per_prompt is not None
-        return self._sample_rollouts(global_steps, partition_id, batch_size * self.rollouts_per_prompt)
-
-    def _terminal_eviction_reasons(
-        self, global_steps: int, partition_id: str
-    ) -> tuple[set[str], set[str], set[str], Counter]:
-        """veRL's reasons (stale, DAPO-filtered, failed), except that, where `counts_rollouts`, a failed
-        group with at least ``min_group_size`` finished sessions is not evicted for its failed ones:
-        it is stale under veRL's rule for finished groups (``max_off_policy_strategy=drop``,
-        ``replay_buffer.py:520-529``), DAPO-filtered when its finished sessions have no spread
-        (``:261-315``'s rule), or else sampleable."""
-        stale, dapo, failed, counts = super()._terminal_eviction_reasons(global_steps, partition_id)
-        if not failed or not self.counts_rollouts(partition_id):
-            return stale, dapo, failed, counts
-        finished = sessions_of([k for k in self.partitions[partition_id] if uid_of(k) in failed])
-        kept = {uid for uid in failed if len(finished.get(uid, {})) >= self.min_group_size}
-        if not kept:
-            return stale, dapo, failed, counts
-        steps = self.prompt_global_steps[partition_id]
-        threshold = self.max_off_policy_threshold
-        if threshold is not None and self.max_off_policy_strategy == "drop":
-            stale = stale | {
-                uid for uid in kept if global_steps - steps.get(uid, global_steps) + 1 > threshold
-            }
-        no_spread = self._failed_without_spread(partition_id, kept - stale, finished)
-        counts = counts + Counter(no_spread.values())
-        return stale, dapo | set(no_spread), failed - kept, counts
-
-    def _failed_without_spread(
-        self, partition_id: str, uids: set[str], finished: dict[str, dict[int, list[str]]]
-    ) -> dict[str, float]:
-        """The kept failed groups of ``uids`` whose finished sessions share one DAPO metric value (with
-        more than one session, veRL's rule), and that value; none without DAPO."""
-        if self.filter_groups_metric is None:
-            return {}
-        cache = self._failed_dapo_cache.setdefault(partition_id, {})
-        for uid in cache.keys() - self.failure_keys[partition_id]:  # cleared or trained since
-            del cache[uid]
-        for uid in uids - cache.keys():
-            values = list(
-                self._session_values(partition_id, [k for ks in finished[uid].values() for k in ks]).values()
-            )
-            cache[uid] = float(values[0]) if len(values) > 1 and float(np.std(values)) == 0.0 else None
-        return {uid: value for uid in uids if (value := cache[uid]) is not None}
-
-    @SkipManager.annotate_tq(role="rollout_tq", phase="sample")
-    def _sample_rollouts(self, global_steps: int, partition_id: str, target: int) -> tuple[KVBatchMeta, dict]:
-        """veRL's `wait_for_sampleable`, counting sessions: evict (and refill one prompt per evicted
-        group) until nothing is left to evict, then take ``target`` sessions once the sampleable groups
-        hold that many and no in-flight prompt has reached the staleness threshold under
-        ``max_off_policy_strategy=wait``. When nothing is in flight and the sampleable sessions fall
-        short, ceil(missing / n) prompts are refilled (veRL, counting groups, would wait forever)."""
-        assert self.rollouts_per_prompt is not None
-        last_debug_time = time.time()
-        eviction_metrics: dict = {}
-        while True:
-            self._sync_metadata_from_transfer_queue()
-            reasons = self._terminal_eviction_reasons(global_steps, partition_id)
-            evicted, stale_count, _, metrics = self._evict_terminal_groups(
-                global_steps, partition_id, reasons
-            )
-            if evicted:
-                _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
-                if self.refill_fn is not None:
-                    self.refill_fn(len(evicted))
-                continue
-            ready = self._sampleable_terminal_keys(partition_id, reasons)
-            groups, ready_sessions = self._ready_sessions(partition_id, ready)
-            unblocked = self._has_enough_samples(global_steps, partition_id, 0, ready)  # staleness wait
-            if ready_sessions >= target and unblocked:
-                batch, _ = self._take(partition_id, ready, groups, target, clear_surplus=False)
-                return batch, eviction_metrics
-            inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
-            if inflight == 0 and ready_sessions < target and self.refill_fn is not None:
-                self.refill_fn(math.ceil((target - ready_sessions) / self.rollouts_per_prompt))
-                continue
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)

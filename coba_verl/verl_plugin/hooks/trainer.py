@@ -81,19 +81,27 @@ from verl.utils import tensordict_utils as tu
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.metrics import PREFIX, merge_allocations, step_metrics
 from coba_verl.cpu.workers import GlooWorkers
-from coba_verl.framework_api import check_api
-from coba_verl.records.ledger import Fate, RolloutLedger, StepTally
+from coba_verl.records.ledger import Fate, RolloutLedger
 from coba_verl.verl_plugin.hooks.advantage import (
     advantage_route,
     group_weight_of_keys,
     weight_written_advantages,
     weighted_advantage_pass,
 )
+from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.hooks.progress import ProgressLines
-from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer, CobaReplayBufferAsync
-from coba_verl.verl_plugin.hooks.sessions import final_outputs, session_tokens, split_key, uid_of
-from coba_verl.verl_plugin.launch.config_bridge import COBA_MODES, check_config
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.hooks.session_fates import SessionFates
+from coba_verl.verl_plugin.hooks.sessions import final_outputs
+from coba_verl.verl_plugin.hooks.step_counts import (
+    COST_COUNTS,
+    ledger_metrics,
+    trained_cost,
+)
+from coba_verl.verl_plugin.hooks.verl_guards import check_verl_api
+from coba_verl.verl_plugin.launch.config_bridge import check_config
+from coba_verl.verl_plugin.verl_names import COBA_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -103,36 +111,6 @@ BUDGET_HINT = (
     "(it did not honour __rollout_n__), as veRL's AgentLoopWorkerTQ does."
 )
 
-#: The veRL methods `CobaTrainer` extends and the parameters it calls them with (veRL 0.9.1).
-EXTENDED_METHODS: dict[str, tuple[str, ...]] = {
-    "_init_dataloader": ("self",),
-    "_init_resource_pool_mgr": ("self",),
-    "_build_replay_buffer": ("self",),
-    "_load_checkpoint": ("self",),
-    "_reissue_inflight_prompts": ("self", "partition_id"),
-    "_next_train_batch": ("self", "num_prompts"),
-    "_submit_batch_to_rollout": ("self", "batch"),
-    "_compute_advantage": ("self", "batch", "metrics"),
-    "step": ("self", "metrics", "timing_raw"),
-    "_compute_metrics": ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
-    "on_validate_begin": ("self",),
-    "on_validate_end": ("self",),
-}
-
-
-def check_verl_api(base: type = PPOTrainerSync) -> None:
-    """Refuse to load against a veRL whose trainer lacks a method we extend, or changed its parameters.
-
-    A renamed hook would otherwise be silently never called: budgets would stop reaching the
-    engine, or the tracker would stop learning, with no error.
-
-    Raises:
-        FrameworkMismatch: (`coba_verl.framework_api.check_api`) naming the method, the signature
-            found and the one expected.
-    """
-    check_api("veRL", "verl", "0.9.1", {(base, name): params for name, params in EXTENDED_METHODS.items()})
-
-
 check_verl_api(PPOTrainerSync)
 check_verl_api(PPOTrainerColocateAsync)
 check_verl_api(PPOTrainerSeparateAsync)
@@ -141,79 +119,7 @@ check_verl_api(PPOTrainerSeparateAsync)
 #: veRL's own replay buffer classes and the CoBA one each is rebuilt as (same constructor arguments).
 COBA_BUFFERS: dict[type, type] = {ReplayBuffer: CobaReplayBuffer, ReplayBufferAsync: CobaReplayBufferAsync}
 
-#: What an update costs, reported as ``coba/<name>`` (`trained_cost`); the rollout counters beside
-#: them come from the step's ledger (`ledger_metrics`).
-COST_COUNTS = ("trained_rows", "padding_rows", "tokens_trained", "optimizer_steps")
-
-
-def ledger_metrics(tally: StepTally) -> dict[str, float]:
-    """``coba/`` counters of one step's `StepTally`: rollouts generated, trained, cut, evicted,
-    failed and in flight (``in flight before + generated = trained + cut + evicted + failed + in
-    flight after``), groups trained and evicted, tokens generated, and how far behind the update the
-    trained rollouts' policy versions are (0 in the synchronous trainer)."""
-    metrics = {PREFIX + name: float(value) for name, value in tally.counts().items()}
-    behind = tally.versions_behind
-    metrics[PREFIX + "versions_behind_mean"] = float(np.mean(behind)) if behind else 0.0
-    metrics[PREFIX + "versions_behind_max"] = float(max(behind)) if behind else 0.0
-    if tally.evicted_budgets:
-        metrics[PREFIX + "evicted_budget_mean"] = float(np.mean(tally.evicted_budgets))
-    return metrics
-
-
-def session_versions(
-    groups: Mapping[str, Mapping[int, str]], tags: Mapping[str, Mapping]
-) -> dict[tuple[str, int], int]:
-    """The policy version that finished each session of ``groups`` (``uid -> {session: final key}``),
-    from its outputs' trajectory tags (``key -> tag``): ``(uid, session) -> max_global_steps + 1``,
-    the newest over the session's outputs; sessions whose tags carry no ``max_global_steps`` are left out
-    (they are of their group's version).
-
-    Which version: veRL's server keeps, per request, the weight versions it was generated across
-    (``min_global_steps`` / ``max_global_steps``, ``verl/workers/rollout/llm_server.py:281-349``): an
-    answer aborted at a weight update and resumed with its tokens spans two. It is dated to the
-    newest, the weights that wrote its end and so the answer the reward scores: F_v is the failure
-    rate of policy v (spec §3, F_t "the step's" failure rate), and the allocation that F_bar drives
-    serves the newest policy, so an answer the newer weights finished is evidence about them, not
-    about the weights that only began it. It is also veRL's own primary staleness
-    (``trajectory_staleness``, ``trainer_base.py:1968-1979``), which counts from ``max_global_steps``.
-
-    Numbering: veRL loads the weights trained at step t as version t (``update_weights(global_steps)``
-    at the step's end: ``trainer_sync.py:38``, ``trainer_colocate_async.py:40``,
-    ``trainer_separate_async.py:382``), and they serve the prompts submitted at step t + 1, which the
-    ledger dates t + 1. So weights w date a session w + 1, and a session generated entirely under its
-    submission's weights keeps its group's version; versions behind = the update's step minus this
-    is veRL's ``trajectory_staleness = (global_steps - 1) - max_global_steps`` (``trainer_base.py:1979``).
-
-    ``{"a": {0: "a_0_1"}}`` with tags a_0_0 (max_global_steps 2), a_0_1 (3) -> ``{("a", 0): 4}``.
-    """
-    newest: dict[tuple[str, int], int] = {}
-    for key, tag in tags.items():
-        weights = tag.get("max_global_steps")
-        if weights is None or tag.get("is_padding", False):
-            continue
-        uid, session, _ = split_key(key)
-        if uid in groups and session in groups[uid]:
-            newest[uid, session] = max(newest.get((uid, session), int(weights)), int(weights))
-    return {pair: weights + 1 for pair, weights in newest.items()}
-
-
-def trained_cost(tags: list[Mapping], mini_batch_rows: int, epochs: int) -> dict[str, int]:
-    """What an update trains: sessions, rows and response tokens of the real rows, padding rows, and
-    optimizer steps = ceil(rows with padding / mini-batch rows) x ppo_epochs, as veRL's actor splits
-    its batch (``global_batch_size`` = ppo_mini_batch_size x rollout.n rows a mini-batch).
-
-    Rows are trajectory keys ``{uid}_{session}_{output}``; a multi-turn session has several.
-    """
-    real = [tag for tag in tags if not tag.get("is_padding", False)]
-    return {
-        "trained_rows": len(real),
-        "padding_rows": len(tags) - len(real),
-        "tokens_trained": sum(int(tag.get("response_len", 0)) for tag in real),
-        "optimizer_steps": -(-len(tags) // mini_batch_rows) * epochs if tags else 0,
-    }
-
-
-class CobaBudgets:
+class CobaBudgets(SessionFates):
     """CoBA-RL rollout budgets for a veRL V1 trainer: the methods of the module docstring, mixed in
     before veRL's trainer class (`CobaTrainer`, `CobaColocateAsyncTrainer`).
 
@@ -442,76 +348,6 @@ class CobaBudgets:
         if not updates:
             cost["optimizer_steps"] = 0
         self._cost.update(cost)
-
-    def _observe_trimmed(self, partition_id: str, tags: Mapping[str, Mapping]) -> None:
-        """`CobaReplayBuffer`'s hook: sessions cut from a trained group are scored, not trained."""
-        start = time.perf_counter()
-        groups = final_outputs(list(tags), list(tags.values()))
-        known = {uid: groups[uid] for uid in self.ledger.open_uids(groups)}
-        self._settle(known, partition_id, tags, Fate.CUT, close=False)
-        self._plugin_time_s += time.perf_counter() - start
-
-    def _observe_cleared(self, partition_id: str, uids: set[str], tags: Mapping[str, Mapping]) -> None:
-        """`CobaReplayBuffer`'s hook: groups cleared untrained (DAPO, surplus, failed) are scored and
-        closed as evicted; their sessions that never finished are failed."""
-        start = time.perf_counter()
-        if partition_id == "train":
-            cleared_uids = self.ledger.open_uids(sorted(uids))
-            if cleared_uids:
-                cleared = {key: tag for key, tag in tags.items() if uid_of(key) in set(cleared_uids)}
-                groups = final_outputs(list(cleared), list(cleared.values()))
-                evicted = {uid: groups.get(uid, {}) for uid in cleared_uids}
-                self._settle(evicted, partition_id, cleared, Fate.EVICTED, close=True)
-        self._plugin_time_s += time.perf_counter() - start
-
-    def _settle(
-        self,
-        groups: dict[str, dict[int, str]],
-        partition_id: str,
-        tags: Mapping[str, Mapping],
-        fate: Fate,
-        close: bool,
-    ) -> None:
-        """Give ``fate`` to each group's finished sessions in the ledger, and score them into the tracker.
-
-        One score per session (its final output's summed ``rm_scores``), one length (its response
-        tokens over its outputs) and the policy version that finished it (`session_versions`; its
-        group's where the tags carry none), given to the ledger and the tracker alike, so that F_bar
-        follows generating versions in the async trainers. With ``close`` the groups leave the
-        ledger, their unfinished sessions failed.
-
-        Args:
-            groups: ``uid -> {session: key of its final output}`` of open groups.
-            partition_id: TransferQueue partition holding the keys.
-            tags: trajectory tags by key, holding every output of these sessions (``response_len``).
-            fate: what the sessions became (trained, cut or evicted).
-            close: whether nothing more of these groups can arrive.
-        """
-        keys = [key for sessions in groups.values() for key in sessions.values()]
-        ids = [self.ledger.prompt_of(uid) for uid, sessions in groups.items() for _ in sessions]
-        lengths = session_tokens(groups, tags)  # (R,) in the order of keys
-        finished_by = session_versions(groups, tags)
-        versions = []  # (R,) generating version of each session, in the order of keys
-        position = 0
-        for uid, sessions in groups.items():
-            tokens = dict(zip(sessions, lengths[position : position + len(sessions)].tolist(), strict=True))
-            dated = {s: finished_by[uid, s] for s in sessions if (uid, s) in finished_by}
-            submitted = self.ledger.groups[uid].version
-            if dated and min(dated.values()) < submitted:
-                logger.warning(
-                    "prompt group %s, submitted at step %d, has sessions finished by weights of step %d: "
-                    "veRL numbers its weight versions unlike 0.9.1 (session_versions)",
-                    uid, submitted, min(dated.values()) - 1,
-                )  # fmt: skip
-            record = self.ledger.settle(
-                uid, tokens, fate, close=close, version=self.global_steps, generated_by=dated
-            )
-            versions.extend(record.generated_by[s] for s in sessions)
-            position += len(sessions)
-        if keys:
-            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
-            scores = data["rm_scores"].sum(dim=1).to(torch.float64).numpy()  # (R,) one per session
-            self.allocator.observe(np.asarray(ids, dtype=np.int64), scores, lengths, versions)
 
 
 @register_trainer(COBA_MODES["sync"])

@@ -1,7 +1,7 @@
 """Pictures of coba-verl runs, drawn from veRL's file-logger metrics (matplotlib, Agg backend).
 
 ``trainer.logger=[console,file]`` with ``VERL_FILE_LOGGER_PATH=FILE`` makes veRL write one JSON line
-per logged step (`run_summary.read_metrics` reads it). From such files::
+per logged step (`metrics_file.read_metrics` reads it). From such files::
 
     python -m coba_verl.verl_plugin.reports.run_plots summary METRICS --out summary.png
     python -m coba_verl.verl_plugin.reports.run_plots budgets METRICS --out budgets.png
@@ -41,7 +41,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from coba_verl.core.allocator import METRIC_PREFIX as PREFIX  # noqa: E402
 from coba_verl.core.values import beta_density  # noqa: E402
 from coba_verl.refusal import CobaRefusal, exit_on_refusal  # noqa: E402
-from coba_verl.verl_plugin.reports.run_summary import read_metrics  # noqa: E402
+from coba_verl.verl_plugin.reports.metrics_file import read_metrics  # noqa: E402
 
 __all__ = ["budget_figure", "generated_figure", "main", "save", "summary_figure", "training_steps"]
 

@@ -20,7 +20,6 @@ per step, the share of groups without reward spread, rollouts generated against 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,19 +27,10 @@ from pathlib import Path
 
 from coba_verl.core.allocator import METRIC_PREFIX as PREFIX
 from coba_verl.core.step_line import held_out_score
-from coba_verl.verl_plugin.launch.config_bridge import HELD_OUT_PREFIX
+from coba_verl.verl_plugin.reports.metrics_file import read_metrics
+from coba_verl.verl_plugin.verl_names import HELD_OUT_PREFIX
 
 __all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines", "time_line"]
-
-
-def read_metrics(path: str | Path) -> dict[int, dict[str, float]]:
-    """Step -> every metric logged at that step (lines of the same step merged, later ones winning)."""
-    steps: dict[int, dict[str, float]] = {}
-    for line in Path(path).expanduser().read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            steps.setdefault(int(row["step"]), {}).update(row["data"])
-    return steps
 
 
 @dataclass(frozen=True)

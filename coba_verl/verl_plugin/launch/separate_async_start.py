@@ -1,0 +1,172 @@
+"""``separate_async``'s start-up conditions in veRL 0.9.1: its pools, local updates and hybrid switch.
+
+`separate_async_unfit` lists what ``PPOTrainerSeparateAsync`` and the code it starts would stop on,
+for `coba_verl.verl_plugin.launch.verl_start.check_async_start`, each rule checked while its veRL
+code is 0.9.1's (`verl_code_is_known`).
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
+
+#: ``actor.strategy`` values whose weights veRL's ``DetachActorWorker`` can snapshot to host memory
+#: for the old policy of ``separate_async``'s local updates (``engine_workers.py:86-108``).
+SNAPSHOT_STRATEGIES = ("fsdp", "fsdp2", "veomni", "megatron")
+
+def separate_async_unfit(config: DictConfig) -> list[Unfit]:
+    """What ``PPOTrainerSeparateAsync`` and the code it starts would stop on (`check_async_start`).
+
+    On the CPU backend (``coba_cpu.enable``) the checkpoint engine and the pool's engine size are
+    the launcher's (`coba_verl.cpu.launcher.standalone_rollout_slots`: ``naive`` becomes its
+    ``ray_object_store``, one ``hf`` server a slot).
+    """
+    on_cpu = bool(OmegaConf.select(config, "coba_cpu.enable", default=False))
+    unfit: list[Unfit] = []
+    rollout = config.actor_rollout_ref.rollout
+    if verl_code_is_known("separate_async"):
+        unfit += _sync_step_unfit(config)
+        unfit += _pool_unfit(config, engine_size=1 if on_cpu else _engine_size(config))
+        backend = OmegaConf.select(rollout, "checkpoint_engine.backend")
+        if backend == "naive" and not on_cpu:
+            unfit.append(
+                Unfit(
+                    "actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send weights to a "
+                    "standalone rollout pool (trainer_separate_async.py:68-70; nixl and mooncake also fit)",
+                    ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",),
+                )
+            )
+        reward_model = config.reward.reward_model
+        if bool(reward_model.enable) and not bool(reward_model.enable_resource_pool):
+            pool = [
+                f"reward.reward_model.{key}=1"
+                for key in ("nnodes", "n_gpus_per_node")
+                if reward_model[key] <= 0
+            ]
+            unfit.append(
+                Unfit(
+                    "reward.reward_model.enable=true needs the reward model in its own pool "
+                    "(reward.reward_model.nnodes x n_gpus_per_node, both above 0: trainer_base.py:824-827), "
+                    "since the standalone rollout never pauses to free memory "
+                    "(trainer_separate_async.py:71-76)",
+                    ("reward.reward_model.enable_resource_pool=true", *pool),
+                )
+            )
+        switch = f"{SWITCH}.enable_switch"
+        if bool(OmegaConf.select(config, switch, default=False)) and bool(
+            OmegaConf.select(rollout, "disaggregation.enabled", default=False)
+        ):
+            unfit.append(
+                Unfit(
+                    f"{switch}=true does not work with actor_rollout_ref.rollout.disaggregation.enabled=true "
+                    "(trainer_separate_async.py:97-104)",
+                    (f"{switch}=false",),
+                )
+            )
+    if verl_code_is_known("hybrid_rollout"):
+        unfit += _switch_unfit(config)
+    bypass = bool(OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False))
+    strategy = OmegaConf.select(config, "actor_rollout_ref.actor.strategy")
+    if not bypass and strategy not in SNAPSHOT_STRATEGIES and verl_code_is_known("old_policy_snapshot"):
+        unfit.append(
+            Unfit(
+                f"actor_rollout_ref.actor.strategy={strategy} cannot keep the old policy of the local "
+                "updates in host memory: veRL's DetachActorWorker does it for "
+                f"{', '.join(SNAPSHOT_STRATEGIES)} only, and fails at the second local update "
+                "(engine_workers.py:86-108)",
+                ("actor_rollout_ref.actor.strategy=fsdp2",),
+            )
+        )
+    return unfit
+
+
+#: veRL's settings of ``separate_async``'s hybrid switch (``HybridRolloutSwitchConfig``).
+SWITCH = "trainer.v1.separate_async.hybrid_rollout"
+
+
+def _sync_step_unfit(config: DictConfig) -> list[Unfit]:
+    """M = k x ppo_mini_batch_size (``trainer_separate_async.py:56-63``): each of the k local updates
+    between two weight syncs trains one mini-batch of M / k prompts."""
+    m = int(config.data.train_batch_size)
+    mini = int(config.actor_rollout_ref.actor.ppo_mini_batch_size)
+    k = int(config.trainer.v1.separate_async.parameter_sync_step)
+    if m == k * mini:
+        return []
+    step_key = "trainer.v1.separate_async.parameter_sync_step"
+    mini_key = "actor_rollout_ref.actor.ppo_mini_batch_size"
+    fits = [f"{step_key}={m // mini}"] if mini > 0 and m % mini == 0 else []
+    fits += [f"{mini_key}={m // k}"] if k > 0 and m % k == 0 else []
+    reason = (
+        f"data.train_batch_size={m} must equal {step_key}={k} x {mini_key}={mini} "
+        "(trainer_separate_async.py:56-63: each local update between two weight syncs trains one mini-batch)"
+    )
+    if len(fits) == 2:
+        reason += f"; {fits[1]} fits as well"
+    return [Unfit(reason, (fits[0],) if fits else (f"{step_key}=1", f"{mini_key}={m}"))]
+
+
+def _engine_size(config: DictConfig) -> int:
+    """GPUs of one rollout engine: tensor x data x pipeline parallel sizes (``llm_server.py:436-440``);
+    1 with disaggregated prefill and decode, whose size veRL computes otherwise."""
+    rollout = config.actor_rollout_ref.rollout
+    if bool(OmegaConf.select(rollout, "disaggregation.enabled", default=False)):
+        return 1
+    sizes = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+    size = 1
+    for key in sizes:
+        size *= int(OmegaConf.select(rollout, key, default=1) or 1)
+    return size
+
+
+def _pool_unfit(config: DictConfig, engine_size: int) -> list[Unfit]:
+    """A standalone rollout pool, ``rollout.nnodes x rollout.n_gpus_per_node`` devices besides the
+    trainer's (``trainer_separate_async.py:64-67``), of at least one rollout engine: veRL starts
+    pool // engine_size engines (``llm_server.py:455-460``), none in a smaller pool."""
+    rollout = config.actor_rollout_ref.rollout
+    nodes, per_node = int(rollout.nnodes), int(rollout.n_gpus_per_node)
+    need = engine_size if verl_code_is_known("standalone_pool") else 1
+    if nodes > 0 and per_node > 0 and nodes * per_node >= need:
+        return []
+    fix_nodes = max(nodes, 1)
+    fix_per_node = max(per_node, -(-need // fix_nodes))
+    fix = tuple(
+        f"actor_rollout_ref.rollout.{key}={new}"
+        for key, old, new in (("nnodes", nodes, fix_nodes), ("n_gpus_per_node", per_node, fix_per_node))
+        if new != old
+    )
+    reason = (
+        f"actor_rollout_ref.rollout.nnodes={nodes} x n_gpus_per_node={per_node}: separate_async generates on "
+        "a standalone rollout pool of that many devices besides the trainer's trainer.nnodes x "
+        "trainer.n_gpus_per_node (trainer_separate_async.py:64-67)"
+    )
+    if need > 1:
+        reason += (
+            f", of at least one rollout engine of {need} (tensor x data x pipeline parallel size; "
+            "llm_server.py:455-460)"
+        )
+    return [Unfit(reason, fix)]
+
+
+def _switch_unfit(config: DictConfig) -> list[Unfit]:
+    """veRL's ``HybridRolloutSwitchConfig`` refuses a threshold ratio outside (0, 1] and a cost
+    window below 1 (``config.py:85-89``), built in ``PPOTrainerSeparateAsync.__init__`` (``:86-88``)."""
+    unfit = []
+    ratio = float(OmegaConf.select(config, f"{SWITCH}.switch_threshold_ratio", default=0.4))
+    if not 0.0 < ratio <= 1.0:
+        unfit.append(
+            Unfit(
+                f"{SWITCH}.switch_threshold_ratio={ratio} is outside (0, 1] (config.py:86-87)",
+                (f"{SWITCH}.switch_threshold_ratio=0.4",),
+            )
+        )
+    window = int(OmegaConf.select(config, f"{SWITCH}.switch_cost_window_size", default=3))
+    if window <= 0:
+        unfit.append(
+            Unfit(
+                f"{SWITCH}.switch_cost_window_size={window} must be positive (config.py:88-89)",
+                (f"{SWITCH}.switch_cost_window_size=3",),
+            )
+        )
+    return unfit
+
