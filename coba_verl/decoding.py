@@ -1,7 +1,7 @@
 """Incremental decoding with a KV cache over left-padded prompts: the one decode loop of the package.
 
 `kv_decode` owns the cache, the attention mask and the position ids; the caller owns sampling and
-stopping. The ``hf`` rollout (`coba_verl.cpu.rollout.sample_batch`: per-request seeds, top-k/p,
+stopping. The ``hf`` rollout (`coba_verl.cpu.hf_sampling.sample_batch`: per-request seeds, top-k/p,
 stop sets, log-probs) and the arithmetic task's sampler (`coba_verl.arithmetic.model.sample`:
 one generator, ``<eos>``) both drive it. It needs torch and a transformers causal LM only::
 

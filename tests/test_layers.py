@@ -124,3 +124,7 @@ def test_a_room_of_the_verl_wing_imports_only_the_rooms_it_may(path):
     upward = sorted(rooms - WING_ALLOWED[room])
     assert not upward, f"{path.relative_to(WING)} ({room}) imports {upward}"
 
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_of_the_package_is_over_450_lines(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 450

@@ -1,7 +1,7 @@
 """Scored answers of a tiny arithmetic model: k samples of every prompt, each scored by the task's rule.
 
 The one measurement of pass rates on the arithmetic task, used by the lab (held-out avg@k, the
-``+prior`` runs' priors: `coba_verl.lab.runner`) and by the tiny recipe's prior file
+``+prior`` runs' priors: `coba_verl.lab.evaluation`) and by the tiny recipe's prior file
 (`coba_verl.arithmetic.tiny.measure_priors`); both turn the scores into prior records with the
 tracker's success rule (`coba_verl.records.priors.outcome_records`), as ``coba-verl estimate`` does
 with the generations of veRL's own rollout::

@@ -1,5 +1,6 @@
 """`CapabilityTracker`: per-prompt pass rates and the global failure rate (spec §2-3), and each
 prompt's recent mean response length (for the token budget and the cost metrics, docs/algorithm.md).
+F by generating version lives in `coba_verl.core.failure_rates`, the input checks in `core.counts`.
 
 State is kept in flat arrays indexed by the stable prompt id (a dataset's ``extra_info.index``),
 so 10^6 prompts with a window of 3 cost about 44 MB and every operation is vectorised.
@@ -15,66 +16,15 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.capability import capability_shape, psi
-from coba_verl.core.config import CobaConfig, check_kappa, invalid_pass_rates
-from coba_verl.refusal import CobaRefusal
+from coba_verl.core.config import CobaConfig, check_kappa
+from coba_verl.core.counts import _as_int_array, pass_rate_records, scores_to_successes, totals_by_id
+from coba_verl.core.failure_rates import THIS_STEP, VersionFailureRates
+
+__all__ = ["CapabilityTracker", "pass_rate_records", "scores_to_successes"]  # the last two: `core.counts`
 
 logger = logging.getLogger(__name__)
 
 _STATE_VERSION = 4
-_PRIOR_VERSION = -1  # the F entry of the priors: the version before the first (`set_prior`)
-_THIS_STEP = -2  # pending rollouts recorded without a version: the step that commits them
-
-
-def _as_int_array(name: str, values: Any) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}.")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if (
-            not np.issubdtype(arr.dtype, np.floating)
-            or not np.all(np.isfinite(arr))
-            or np.any(arr != np.round(arr))
-        ):
-            raise ValueError(f"{name} must hold integers, got {arr[:8]!r}.")
-    return arr.astype(np.int64, copy=False)
-
-
-def scores_to_successes(scores: Any, success_value: float = 1.0) -> np.ndarray:
-    """Success indicator per rollout: score == success_value (spec §2).
-
-    NaN or infinite scores are an error, not a failure: a broken reward function must not
-    silently look like a hard prompt.
-    """
-    s = np.asarray(scores, dtype=np.float64)
-    if s.ndim != 1:
-        raise ValueError(f"scores must be one-dimensional, got shape {s.shape}.")
-    bad = ~np.isfinite(s)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise CobaRefusal(f"score at position {first} is {s[first]}: rewards must be finite.")
-    return (s == success_value).astype(np.int64)
-
-
-def pass_rate_records(pass_rates: Any, weight: int) -> tuple[np.ndarray, np.ndarray]:
-    """(successes, attempts) for pass rates known without their counts: each is ``weight`` attempts.
-
-    successes_i = round(p_i * weight), so a rate is kept to 1/(2 * weight):
-    ``pass_rate_records([0.37, 1.0], 8)`` -> ``([3, 8], [8, 8])``.
-
-    Raises:
-        ValueError: ``weight`` < 1, or a pass rate outside [0, 1] or not finite (named).
-    """
-    weight = int(weight)
-    if weight < 1:
-        raise ValueError(f"weight={weight} must be >= 1 attempt per pass rate.")
-    p = np.asarray(pass_rates, dtype=np.float64)
-    if p.ndim != 1:
-        raise ValueError(f"pass_rates must be one-dimensional, got shape {p.shape}.")
-    bad = invalid_pass_rates(p)
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"pass rate at position {j} is {p[j]}: a pass rate lies in [0, 1].")
-    return np.rint(p * weight).astype(np.int64), np.full(p.size, weight, dtype=np.int64)
 
 
 class CapabilityTracker:
@@ -89,19 +39,11 @@ class CapabilityTracker:
       F_bar = mean of the last ``window`` F_t, F_tilde = Psi(F_bar) and the Beta shape
       (alpha_t, beta_t) that drives the NEXT step's allocation (spec §3).
 
-    F is indexed by the policy version that generated the rollouts. Rollouts recorded without a
-    version belong to the step that commits them, so a trainer whose step both generates and trains
-    (the synchronous case) gets spec §3's F_t per step. A trainer whose generation runs ahead of the
-    update passes each rollout's generating version: F_v = 1 - mean over prompts of their success
-    rates among version v's rollouts (all that reached the tracker so far, over any number of
-    commits), and F_bar = the mean of F_v over the ``window`` newest *complete* versions. A version
-    is complete once no rollout of it can still arrive: the trainer says which versions may still
-    gain rollouts (`hold_open`), and F_bar leaves them out until then. Rollouts of one version reach
-    the tracker in an order that depends on their outcome (under DAPO, all-pass and all-fail groups
-    are evicted as soon as they finish, groups with a reward spread wait to be trained), so an
-    incomplete F_v is biased; averaged in with a full vote, it would move F_bar by its bias. A
-    rollout from a version older than the k complete ones does not enter F_bar (it still enters its
-    prompt's pass rate).
+    F is indexed by the policy version that generated the rollouts (`VersionFailureRates`):
+    rollouts recorded without a version belong to the step that commits them, so a synchronous
+    trainer gets spec §3's F_t per step; a trainer whose generation runs ahead of the update passes
+    each rollout's generating version and says which versions may still gain rollouts
+    (`hold_open`), and F_bar averages the ``window`` newest complete ones.
 
     Args:
         num_prompts: Size N of the id space; ids must lie in [0, N).
@@ -124,10 +66,7 @@ class CapabilityTracker:
         self._roll = np.zeros((n, k), dtype=np.int32)  # (N, k) rollouts per appearance, 0 = empty slot
         self._appearances = np.zeros(n, dtype=np.int64)  # (N,) total appearances; ring slot = count % k
         self._length = np.full((n, k), np.nan, dtype=np.float32)  # (N, k) mean response tokens, NaN = none
-        # generating version -> (sum over prompts of their success rates, prompts): the k newest
-        # complete versions and every open one
-        self._fail_by_version: dict[int, tuple[float, int]] = {}
-        self._open_from: int | None = None  # versions >= this may still gain rollouts (`hold_open`)
+        self._failure = VersionFailureRates(n, k)  # F_v of the k newest complete versions, and open ones
         self._steps = 0
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # ids, s, r, v
         self._pending_lengths: list[tuple[np.ndarray, np.ndarray]] = []  # (ids, tokens) per rollout
@@ -174,9 +113,9 @@ class CapabilityTracker:
 
     @staticmethod
     def _versions(versions: Any, size: int) -> np.ndarray:
-        """(size,) int64 generating versions; `_THIS_STEP` for None."""
+        """(size,) int64 generating versions; `THIS_STEP` for None."""
         if versions is None:
-            return np.full(size, _THIS_STEP, dtype=np.int64)
+            return np.full(size, THIS_STEP, dtype=np.int64)
         vers = np.asarray(versions)
         vers = _as_int_array("versions", np.full(size, vers) if vers.ndim == 0 else vers)
         if vers.size != size:
@@ -236,7 +175,7 @@ class CapabilityTracker:
         self._appearances[ids_a] = 1
         prior = self._appearances == 1  # every prompt holding a record (none has real observations yet)
         rate = self._succ[prior, 0] / self._roll[prior, 0]
-        self._fail_by_version = {_PRIOR_VERSION: (float(rate.sum()), int(rate.size))}  # leaves after k steps
+        self._failure.set_prior(rate)  # leaves after k steps
 
     def record_scores(self, ids: Any, scores: Any, success_value: float = 1.0, versions: Any = None) -> None:
         """Record one entry per rollout: ``ids`` (R,) prompt id of each rollout, ``scores`` (R,),
@@ -289,28 +228,7 @@ class CapabilityTracker:
 
     def pending_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """This step's recorded totals so far: (unique ids, successes, rollouts), sorted by id."""
-        return _totals_by_id(*self._pending_columns()[:3])
-
-    def _commit_failure_rates(
-        self, ids: np.ndarray, succ: np.ndarray, roll: np.ndarray, vers: np.ndarray
-    ) -> None:
-        """Add the pending rollouts (`_pending_columns`) to F_v of the versions that generated them.
-
-        Per (version, prompt): the prompt's success rate among that version's rollouts of this
-        commit; F_v's sums gain one rate per such pair.
-        """
-        vers = np.where(vers == _THIS_STEP, self._steps, vers)
-        key = (vers - _PRIOR_VERSION) * self.num_prompts + ids  # one int per (version, prompt)
-        pairs, inv = np.unique(key, return_inverse=True)
-        pair_succ = np.bincount(inv, weights=succ, minlength=pairs.size)
-        pair_roll = np.bincount(inv, weights=roll, minlength=pairs.size)
-        seen = pair_roll > 0
-        pair_rate = pair_succ[seen] / pair_roll[seen]
-        pair_version = pairs[seen] // self.num_prompts + _PRIOR_VERSION
-        for version in np.unique(pair_version).tolist():
-            rates = pair_rate[pair_version == version]
-            total, count = self._fail_by_version.get(version, (0.0, 0))
-            self._fail_by_version[version] = (total + float(rates.sum()), count + int(rates.size))
+        return totals_by_id(*self._pending_columns()[:3])
 
     def hold_open(self, oldest: int | None) -> None:
         """Versions >= ``oldest`` may still gain rollouts: F_bar leaves them out (class docstring).
@@ -323,20 +241,7 @@ class CapabilityTracker:
         Raises:
             CobaRefusal: ``oldest`` is negative (policy versions are >= 0).
         """
-        if oldest is not None and int(oldest) < 0:
-            raise CobaRefusal(
-                f"oldest open policy version {oldest} is negative: versions are >= 0 (or None, none open)."
-            )
-        self._open_from = None if oldest is None else int(oldest)
-
-    def _complete_versions(self) -> list[int]:
-        """Versions with rollouts that no longer gain any, oldest first."""
-        return sorted(v for v in self._fail_by_version if self._open_from is None or v < self._open_from)
-
-    def _drop_old_versions(self) -> None:
-        """Keep the k newest complete versions (those F_bar averages) and every open one."""
-        for version in self._complete_versions()[: -self.window]:
-            del self._fail_by_version[version]
+        self._failure.hold_open(oldest)
 
     def end_step(self) -> dict[str, float]:
         """Commit the step: push windows, update F_bar and the Beta shape. Returns step statistics.
@@ -347,10 +252,10 @@ class CapabilityTracker:
         docstring), which is the mean of the last k F_t when every rollout is of its own step.
         """
         columns = self._pending_columns()
-        ids, succ, roll = _totals_by_id(*columns[:3])
+        ids, succ, roll = totals_by_id(*columns[:3])
         if ids.size and roll.sum() > 0:
-            self._commit_failure_rates(*columns)
-        self._drop_old_versions()
+            self._failure.add(*columns, step=self._steps)
+        self._failure.drop_old_versions()
         self._pending.clear()
         keep = roll > 0
         ids, succ, roll = ids[keep], succ[keep], roll[keep]
@@ -372,7 +277,7 @@ class CapabilityTracker:
         return {
             "F_t": f_t,
             "F_bar": self.f_bar,
-            "F_open_versions": float(len(self._fail_by_version) - len(self._complete_versions())),
+            "F_open_versions": float(self._failure.open_versions),
             "F_tilde": self.f_tilde,
             "alpha": self.alpha,
             "beta": self.beta,
@@ -429,14 +334,13 @@ class CapabilityTracker:
     def f_bar_versions(self) -> tuple[int, ...]:
         """The generating versions F_bar averages, oldest first: the ``window`` newest complete ones
         (rollouts recorded without a version: the commit index from 0; the priors: -1)."""
-        return tuple(self._complete_versions()[-self.window :])
+        return self._failure.f_bar_versions
 
     @property
     def f_bar(self) -> float:
         """Mean of F_v over the ``window`` newest complete generating versions (per step when rollouts
         carry no version: the last k F_t); NaN before any version is complete."""
-        rates = [self._fail_by_version[v] for v in self.f_bar_versions]
-        return float(np.mean([1.0 - total / count for total, count in rates])) if rates else float("nan")
+        return self._failure.f_bar
 
     @property
     def f_tilde(self) -> float:
@@ -466,7 +370,6 @@ class CapabilityTracker:
         generating version.
         """
         ids, succ, roll, vers = self._pending_columns()
-        fail_versions = sorted(self._fail_by_version)
         length_ids = (
             np.concatenate([p[0] for p in self._pending_lengths]) if self._pending_lengths else ids[:0]
         )
@@ -483,12 +386,7 @@ class CapabilityTracker:
             "rollouts": self._roll.copy(),
             "appearances": self._appearances.copy(),
             "mean_lengths": self._length.copy(),
-            "fail_versions": np.asarray(fail_versions, dtype=np.int64),
-            "fail_rate_sums": np.asarray(
-                [self._fail_by_version[v][0] for v in fail_versions], dtype=np.float64
-            ),
-            "fail_prompts": np.asarray([self._fail_by_version[v][1] for v in fail_versions], dtype=np.int64),
-            "open_from": self._open_from,
+            **self._failure.state_dict(),  # fail_versions, fail_rate_sums, fail_prompts, open_from
             "pending_ids": ids,
             "pending_successes": succ,
             "pending_rollouts": roll,
@@ -522,19 +420,9 @@ class CapabilityTracker:
         self._roll = np.asarray(state["rollouts"], dtype=np.int32).copy()
         self._appearances = np.asarray(state["appearances"], dtype=np.int64).copy()
         self._length = np.asarray(state["mean_lengths"], dtype=np.float32).copy()
-        if state_version == 2:
-            self._fail_by_version = _failure_rates_of_ring(
-                np.asarray(state["fail_window"], np.float64), self._steps
-            )
-        else:
-            self._fail_by_version = {
-                int(v): (float(total), int(count))
-                for v, total, count in zip(
-                    state["fail_versions"], state["fail_rate_sums"], state["fail_prompts"], strict=True
-                )
-            }
-        open_from = state["open_from"] if state_version == _STATE_VERSION else None
-        self._open_from = None if open_from is None else int(open_from)
+        self._failure.load_state_dict(
+            state, self._steps, ring=state_version == 2, has_open=state_version == _STATE_VERSION
+        )
         self._pending.clear()
         self._pending_lengths.clear()
         length_ids = np.asarray(state["pending_length_ids"], dtype=np.int64)
@@ -544,29 +432,6 @@ class CapabilityTracker:
         if pending_ids.size:
             if state_version == 2:  # no versions: every record is of the step that commits it
                 versions = self._versions(None, pending_ids.size)
-            else:  # the versions as recorded, `_THIS_STEP` included
+            else:  # the versions as recorded, `THIS_STEP` included
                 versions = np.asarray(state["pending_versions"], np.int64).copy()
             self._append(pending_ids, state["pending_successes"], state["pending_rollouts"], versions)
-
-
-def _totals_by_id(
-    ids: np.ndarray, succ: np.ndarray, roll: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(unique ids, successes, rollouts) summed per id, sorted by id: [7, 3, 7] -> ids [3, 7]."""
-    uniq, inv = np.unique(ids, return_inverse=True)  # [7, 3, 7] -> uniq [3, 7], inv [1, 0, 1]
-    return (
-        uniq,
-        np.bincount(inv, weights=succ, minlength=uniq.size).astype(np.int64),
-        np.bincount(inv, weights=roll, minlength=uniq.size).astype(np.int64),
-    )
-
-
-def _failure_rates_of_ring(ring: np.ndarray, steps: int) -> dict[int, tuple[float, int]]:
-    """A version-2 state's ring of the last k F_t (slot = step % k; slot k - 1 holds the priors' F
-    until step k - 1 overwrites it) as F_v entries of one prompt each: F_v = 1 - total / count."""
-    k = ring.size
-    out: dict[int, tuple[float, int]] = {}
-    for slot in np.flatnonzero(np.isfinite(ring)).tolist():
-        step = slot + ((steps - 1 - slot) // k) * k if steps > slot else _PRIOR_VERSION
-        out[step] = (1.0 - float(ring[slot]), 1)
-    return out

@@ -30,7 +30,7 @@ class RunSpec:
     ``coba@0.5`` = half the rollouts per step; ``coba:proportional`` = ``coba.group_weight=proportional`` for
     this run only (``None`` keeps the value of `LabConfig.coba`, default ``equal``);
     ``coba+prior`` = the tracker starts from pass rates measured on the warm start
-    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.runner.measure_priors`);
+    (`LabConfig.prior_samples` samples per training prompt, `coba_verl.lab.evaluation.measure_priors`);
     ``coba+token_budget`` = ``coba.budget_unit=tokens`` for this run only: sum_i B_i L_i is at most
     what n rollouts each would cost (`coba_verl.core.token_budget`).
     """

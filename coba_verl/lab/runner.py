@@ -1,4 +1,5 @@
-"""The lab's training loop: warm start once per seed, then GRPO runs that differ only in allocation.
+"""The lab's training loop (`train_run`): GRPO runs from a seed's warm start (`coba_verl.lab.seeds`)
+that differ only in allocation, with each step's rollouts, generated in one wave or DAPO's waves.
 
 Per GRPO step of a run (spec §7, as the veRL trainer does it)::
 
@@ -19,276 +20,45 @@ allocation (and the sampling noise it induces), not from the data.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import math
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import transformers
-from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from coba_verl.arithmetic.model import ModelSpec, build_model
-from coba_verl.arithmetic.outcomes import sample_responses, sample_scores, trim_padding
-from coba_verl.arithmetic.task import Level, Split, make_splits, score_batch
-from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, decode_responses, encode_prompts
-from coba_verl.arithmetic.warmstart import warm_start
+from coba_verl.arithmetic.outcomes import sample_responses, trim_padding
+from coba_verl.arithmetic.task import Split, score_batch
+from coba_verl.arithmetic.tokenizer import PAD, build_tokenizer, decode_responses, encode_prompts
 from coba_verl.core import BudgetAllocator
-from coba_verl.core.group_weight import rollout_weights
+from coba_verl.lab.composition import PASS_BINS, batch_composition, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step
+from coba_verl.lab.evaluation import EvalResult, evaluate, measure_priors, sampling_generator, seed_priors
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
-from coba_verl.records.priors import PriorRecords, apply_priors, outcome_records
-from coba_verl.records.prompt_ids import PromptIdMap
+from coba_verl.lab.seeds import (
+    SeedContext,
+    build_context,
+    new_model,
+    prepare_seed,
+    prompt_order,
+    prompt_stream,
+)
 
 __all__ = [
     "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
     "StepSink", "measure_priors",
+    # held here before `seeds`, `evaluation` and `composition` took them (and read from here by
+    # `experiment`, `plots` and the lab's tests, with the arithmetic names the tests build with)
+    "new_model", "prompt_order", "prompt_stream", "pass_histogram", "batch_composition", "Split",
+    "build_tokenizer", "encode_prompts",
 ]  # fmt: skip
-
-logger = logging.getLogger(__name__)
 
 StepSink = Callable[[dict[str, Any]], None]
 """Receives one metrics row per step (and the step-0 evaluation row)."""
-
-
-@dataclass
-class EvalResult:
-    """Held-out accuracy avg@k at temperature 1, overall and per level."""
-
-    acc: float
-    per_level: dict[str, float]
-    pass_rates: np.ndarray  # (n_eval,) float64, successes / k per prompt
-
-
-@dataclass
-class SeedContext:
-    """Everything a seed's runs share: data, tokenizer, warm-start weights, prompt order."""
-
-    seed: int
-    tok: Tokenizer
-    train: Split
-    eval: Split
-    levels: tuple[Level, ...]
-    train_ids: torch.Tensor  # (N_train, P) left-padded "<bos>prompt"
-    train_mask: torch.Tensor
-    eval_ids: torch.Tensor  # (N_eval, P)
-    eval_mask: torch.Tensor
-    max_new_tokens: int
-    order: np.ndarray  # (steps, M) int64 prompt ids of each step
-    warm_state: dict[str, torch.Tensor]
-    warm_seconds: float
-    warm_cached: bool
-    eval0: EvalResult | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    #: k -> the warm start's pass-rate records of the training prompts (`measure_priors`), shared
-    #: by the seed's ``+prior`` runs.
-    priors: dict[int, PriorRecords] = field(default_factory=dict)
-
-
-def _model_spec(cfg: LabConfig) -> ModelSpec:
-    return ModelSpec(
-        hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, intermediate_size=cfg.intermediate_size
-    )
-
-
-def new_model(cfg: LabConfig, tok: Tokenizer, seed: int) -> Qwen2ForCausalLM:
-    """The lab's tiny Qwen2, randomly initialised from ``seed``."""
-    return build_model(
-        _model_spec(cfg),
-        tok.get_vocab_size(),
-        pad_id=tok.token_to_id(PAD),
-        bos_id=tok.token_to_id(BOS),
-        eos_id=tok.token_to_id(EOS),
-        seed=seed,
-    )
-
-
-def prompt_stream(n_train: int, seed: int) -> Callable[[int], np.ndarray]:
-    """``next_ids(k) -> (k,)``: the seed's prompt ids in order, epochs of a seeded shuffle of
-    0..n_train-1 one after another, without end (DAPO's refills draw past ``steps`` x M)."""
-    rng = np.random.default_rng([seed, 0x0D7])
-    buffer = np.zeros(0, np.int64)
-
-    def next_ids(k: int) -> np.ndarray:
-        nonlocal buffer
-        while buffer.size < k:
-            buffer = np.concatenate([buffer, rng.permutation(n_train).astype(np.int64)])
-        out, buffer = buffer[:k], buffer[k:]
-        return out
-
-    return next_ids
-
-
-def prompt_order(n_train: int, m: int, steps: int, seed: int) -> np.ndarray:
-    """(steps, M) prompt ids: the first steps x M of `prompt_stream`, M at a time.
-
-    A batch never straddles two epochs' duplicates: the last partial batch of an epoch is
-    completed from the next epoch's permutation, as a drop-last-free sampler would.
-    """
-    return prompt_stream(n_train, seed)(steps * m).reshape(steps, m)
-
-
-def _source_digest() -> str:
-    """Hash of the code that determines the warm-start weights, so edits invalidate the cache."""
-    from coba_verl.arithmetic import model, task, tokenizer, warmstart
-
-    h = hashlib.sha256()
-    for mod in (model, task, tokenizer, warmstart):
-        h.update(Path(mod.__file__).read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _cache_key(cfg: LabConfig, seed: int) -> str:
-    blob = json.dumps(
-        {
-            "code": _source_digest(),
-            "seed": seed,
-            "levels": cfg.levels,
-            "warm_levels": cfg.warm_levels,
-            "device": str(cfg.device),
-            "n": [cfg.n_train, cfg.n_eval],
-            "model": _model_spec(cfg).__dict__,
-            "warm": [cfg.warm_steps, cfg.warm_target, cfg.warm_batch_size, cfg.warm_lr],
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def build_context(
-    cfg: LabConfig,
-    seed: int,
-    train: Split,
-    held_out: Split,
-    warm_state: dict[str, torch.Tensor],
-    *,
-    warm_seconds: float = 0.0,
-    warm_cached: bool = False,
-) -> SeedContext:
-    """Assemble a `SeedContext` from splits and weights (tests use it with hand-made splits)."""
-    tok = build_tokenizer()
-    tr_ids, tr_mask = encode_prompts(tok, train.prompts)
-    ev_ids, ev_mask = encode_prompts(tok, held_out.prompts)
-    longest = max(len(a) for a in train.answers + held_out.answers)
-    return SeedContext(
-        seed=seed,
-        levels=cfg.level_table,
-        tok=tok,
-        train=train,
-        eval=held_out,
-        train_ids=tr_ids,
-        train_mask=tr_mask,
-        eval_ids=ev_ids,
-        eval_mask=ev_mask,
-        max_new_tokens=longest + 1,
-        order=prompt_order(len(train), cfg.prompts_per_step, cfg.steps, seed),
-        warm_state=warm_state,
-        warm_seconds=warm_seconds,
-        warm_cached=warm_cached,
-    )
-
-
-def prepare_seed(cfg: LabConfig, seed: int, *, cache_dir: Path | None) -> SeedContext:
-    """Generate the splits and the warm-started weights of ``seed`` (cached by config hash)."""
-    tok = build_tokenizer()
-    train, held_out = make_splits(seed, cfg.n_train, cfg.n_eval, levels=cfg.level_table)
-    cache = cache_dir / f"warm-{_cache_key(cfg, seed)}.pt" if cache_dir is not None else None
-    start = time.perf_counter()
-    if cache is not None and cache.exists():
-        saved = torch.load(cache, map_location="cpu", weights_only=False)
-        state, info = saved["state"], saved["info"]
-        cached = True
-        logger.info("seed %d: warm start loaded from %s", seed, cache)
-    else:
-        model = new_model(cfg, tok, seed).to(cfg.device)
-        exclude = frozenset(train.prompts) | frozenset(held_out.prompts)
-        logger.info(
-            "seed %d: supervised warm start (at most %d steps of %d problems)",
-            seed,
-            cfg.warm_steps,
-            cfg.warm_batch_size,
-        )
-        result = warm_start(
-            model, tok, max_steps=cfg.warm_steps, batch_size=cfg.warm_batch_size, lr=cfg.warm_lr, seed=seed,
-            target=cfg.warm_target, exclude=exclude, levels=cfg.warm_level_table,
-        )  # fmt: skip
-        info = {"steps": result.steps, "reached_target": result.reached_target, "probe_acc": result.probe_acc}
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        cached = False
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            torch.save({"state": state, "info": info}, tmp)
-            tmp.replace(cache)
-    ctx = build_context(
-        cfg, seed, train, held_out, state, warm_seconds=time.perf_counter() - start, warm_cached=cached
-    )
-    ctx.info.update(info)
-    return ctx
-
-
-def _generator(model: Qwen2ForCausalLM, seed: int) -> torch.Generator:
-    """A generator on the model's device (sampling draws its random numbers there)."""
-    return torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-
-
-def evaluate(model: Qwen2ForCausalLM, ctx: SeedContext, k: int, *, chunk: int = 1024) -> EvalResult:
-    """avg@k on the held-out set at temperature 1, with the same random numbers at every call."""
-    gen = _generator(model, 1_000_003 * (ctx.seed + 1))
-    rows, scores = sample_scores(
-        model, ctx.tok, ctx.eval_ids, ctx.eval_mask, ctx.eval.answers, k, gen,
-        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
-    )  # fmt: skip
-    rates = np.bincount(rows, weights=scores, minlength=len(ctx.eval)) / k
-    per_level = {
-        lv.name: float(rates[ctx.eval.levels == i].mean())
-        for i, lv in enumerate(ctx.levels)
-        if np.any(ctx.eval.levels == i)
-    }
-    return EvalResult(acc=float(rates.mean()), per_level=per_level, pass_rates=rates)
-
-
-def measure_priors(
-    model: Qwen2ForCausalLM, ctx: SeedContext, k: int, success_value: float, *, chunk: int = 1024
-) -> PriorRecords:
-    """(successes, k) of every training prompt: k samples of ``model`` at temperature 1.
-
-    The offline measurement of the ``+prior`` runs, so that their first epoch is allocated too:
-    each training position i gets the record (#{score_i == success_value}, k), the tracker's success rule
-    (`coba_verl.records.priors.outcome_records`). Its random numbers are its own, so the runs'
-    sampling is unchanged.
-    """
-    gen = _generator(model, 104_729 * (ctx.seed + 1))
-    rows, scores = sample_scores(
-        model, ctx.tok, ctx.train_ids, ctx.train_mask, ctx.train.answers, k, gen,
-        max_new_tokens=ctx.max_new_tokens, chunk=chunk,
-    )  # fmt: skip
-    return outcome_records(rows.tolist(), scores.tolist(), success_value, f"warm start, {k} samples a prompt")
-
-
-def _seed_priors(
-    allocator: BudgetAllocator, model: Qwen2ForCausalLM, ctx: SeedContext, k: int, success_value: float
-) -> dict[str, float]:
-    """The seed's prior records (measured on first use, on the warm start) into ``allocator``."""
-    if k not in ctx.priors:
-        start = time.perf_counter()
-        ctx.priors[k] = measure_priors(model, ctx, k, success_value)
-        logger.info("seed %d: priors of %d prompts x %d samples in %.1f s", ctx.seed, len(ctx.train), k,
-                    time.perf_counter() - start)  # fmt: skip
-    positions = PromptIdMap(range(len(ctx.train)), name="training position")
-    return apply_priors(allocator.tracker, positions, ctx.priors[k])
 
 
 def eval_steps(cfg: LabConfig) -> set[int]:
@@ -303,60 +73,8 @@ def snapshot_steps(cfg: LabConfig) -> set[int]:
     return {int(round(x)) for x in np.linspace(first, cfg.steps, cfg.snapshot_steps)}
 
 
-PASS_BINS = ("0", "(0,.25)", "[.25,.5)", "[.5,.75)", "[.75,1)", "1")
-"""Names of the per-prompt pass-rate bins of ``pass_hist`` (counts of the step's prompts)."""
-
-
-def pass_histogram(rates: np.ndarray) -> list[int]:
-    """Counts of ``rates`` (M,) in `PASS_BINS`: exactly 0, four quarters of (0, 1), exactly 1."""
-    inner = rates[(rates > 0) & (rates < 1)]
-    quarters = np.bincount(np.minimum((inner * 4).astype(np.int64), 3), minlength=4)
-    return [int(np.sum(rates == 0)), *map(int, quarters), int(np.sum(rates == 1))]
-
-
 #: The DAPO counts of a row that are 0 without DAPO.
 NO_REFILL = ("groups_evicted", "groups_surplus", "rollouts_cut", "groups_cut", "shortfall")
-
-
-def batch_composition(
-    index: np.ndarray, scores: np.ndarray, rates: np.ndarray, ages: np.ndarray, group_weight: str
-) -> dict[str, Any]:
-    """What one update trains, group by group (docs/lab/dapo_why_design.md, "Measured").
-
-    Args:
-        index: (R,) group number 0..G-1 of each trained rollout.
-        scores: (R,) their rewards.
-        rates: (G,) each trained group's pass rate over all its generated rollouts.
-        ages: (G,) steps since each group's allocation round was allocated.
-        group_weight: ``coba.group_weight`` of the run.
-
-    Returns:
-        ``trained_groups`` G; ``trained_size_mean`` / ``_max`` (trained rollouts a group);
-        ``trained_eff_groups`` = (sum_g m_g)^2 / sum_g m_g^2 and ``trained_top_mass`` =
-        max_g m_g / sum_g m_g, where m_g = sum_{r in g} |A_r| w_r is group g's advantage mass:
-        A_r = (s_r - mean_g) / (std_g + 1e-6), veRL's GRPO outcome advantage over the trained
-        rollouts of g (unbiased std; 0 for a group of one), w_r its `rollout_weights` factor
-        (NaN when no group has any); ``trained_pass_hist`` (`PASS_BINS` counts of ``rates``);
-        ``trained_age_mean`` (mean of ``ages`` over the groups).
-    """
-    groups = int(rates.size)
-    sizes = np.bincount(index, minlength=groups).astype(np.float64)  # (G,)
-    sums = np.bincount(index, weights=scores, minlength=groups)
-    means = sums / np.maximum(sizes, 1)
-    squares = np.bincount(index, weights=(scores - means[index]) ** 2, minlength=groups)
-    std = np.sqrt(squares / np.maximum(sizes - 1, 1))  # unbiased, as torch.std
-    adv = np.where(sizes[index] > 1, (scores - means[index]) / (std[index] + 1e-6), 0.0)  # (R,)
-    mass = np.bincount(index, weights=np.abs(adv) * rollout_weights(index, group_weight), minlength=groups)
-    total = float(mass.sum())
-    return {
-        "trained_groups": groups,
-        "trained_size_mean": float(sizes.mean()),
-        "trained_size_max": int(sizes.max()),
-        "trained_eff_groups": total**2 / float(np.sum(mass**2)) if total > 0 else float("nan"),
-        "trained_top_mass": float(mass.max()) / total if total > 0 else float("nan"),
-        "trained_pass_hist": pass_histogram(rates),
-        "trained_age_mean": float(np.mean(ages)),
-    }
 
 
 @dataclass
@@ -492,7 +210,7 @@ def train_run(
     coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight, spec.budget_unit)
     allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
     if spec.prior:  # before any update: the warm start's pass rates
-        _seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
+        seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
     total = cfg.budget(spec)
     actors: dict[int, Any] = {}
 
@@ -507,7 +225,7 @@ def train_run(
             )
         return actors[rollouts]
 
-    gen = _generator(model, 7919 * (ctx.seed + 1))
+    gen = sampling_generator(model, 7919 * (ctx.seed + 1))
     cut_rng = np.random.default_rng([ctx.seed, 104729])  # only `dapo_cut=random` draws from it
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)

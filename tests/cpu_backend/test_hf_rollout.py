@@ -10,7 +10,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from coba_verl.cpu.rollout import _Request, decode_pace, filter_logits, request_seed, sample_batch
+from coba_verl.cpu.hf_env import decode_pace
+from coba_verl.cpu.hf_sampling import SampleRequest as _Request
+from coba_verl.cpu.hf_sampling import filter_logits, request_seed, sample_batch
 from coba_verl.refusal import CobaRefusal
 
 EOS, PAD = 2, 0

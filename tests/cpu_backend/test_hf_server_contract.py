@@ -16,7 +16,9 @@ import torch
 import verl
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from coba_verl.cpu.rollout import REQUEST_LOG_ENV, HFServer, request_seed, sample_batch
+from coba_verl.cpu.hf_env import REQUEST_LOG_ENV
+from coba_verl.cpu.hf_sampling import request_seed, sample_batch
+from coba_verl.cpu.hf_server import HFServer
 
 VLLM_SERVER = Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py"
 
@@ -215,7 +217,7 @@ def test_injected_failures_fail_the_requests_their_seeds_draw_and_a_rerun_fails_
     """``COBA_HF_FAIL_RATE``: a request fails with an engine error (what veRL's agent loop turns into
     a failed group) when `injected_failure` draws it from the request's seed; the rate is met over
     many requests, a rerun fails the same ones, and each failure is in the request log."""
-    from coba_verl.cpu.rollout import FAIL_RATE_ENV, injected_failure
+    from coba_verl.cpu.hf_env import FAIL_RATE_ENV, injected_failure
 
     monkeypatch.setenv(FAIL_RATE_ENV, "0.3")
     monkeypatch.setenv(REQUEST_LOG_ENV, str(tmp_path))
@@ -245,7 +247,7 @@ def test_injected_failures_fail_the_requests_their_seeds_draw_and_a_rerun_fails_
 
 @pytest.mark.parametrize("value", ["1", "-0.1", "often", "nan"])
 def test_a_failure_rate_that_is_not_a_probability_is_refused_by_value(value):
-    from coba_verl.cpu.rollout import fail_rate
+    from coba_verl.cpu.hf_env import fail_rate
     from coba_verl.refusal import CobaRefusal
 
     with pytest.raises(CobaRefusal, match=f"COBA_HF_FAIL_RATE='{value}': the failure rate"):
