@@ -85,8 +85,16 @@ def test_a_changed_clear_groups_refuses_the_buffer_naming_the_method(cls, monkey
             "(",
         ),
         (CobaReplayBufferAsync, ReplayBuffer, "_select_prompt_uids", "[:batch_size]", "[-batch_size:]"),
+        # helpers the counted samplings call, and the DAPO rule the async one applies to failed groups
+        (CobaReplayBuffer, ReplayBuffer, "_materialize_batch", 'split("_")[0]', 'rsplit("_", 2)[0]'),
+        (CobaReplayBuffer, ReplayBuffer, "_sampleable_terminal_keys", "| failed_uids)", ")"),
+        (CobaReplayBufferAsync, ReplayBuffer, "_evict_terminal_groups", "if failed_uids:", "if False:"),
+        (CobaReplayBufferAsync, ReplayBuffer, "_dapo_filtered_keys", "len(values) > 1", "len(values) > 2"),
     ],
-    ids=["sync-sample", "async-wait", "async-failed-eviction", "oldest-first"],
+    ids=[
+        "sync-sample", "async-wait", "async-failed-eviction", "oldest-first", "batch", "sampleable", "evict",
+        "dapo-rule",
+    ],
 )
 def test_a_changed_sampling_method_falls_back_to_verls_sampling_with_a_warning(
     cls, owner, name, old, new, monkeypatch, caplog
@@ -102,6 +110,21 @@ def test_a_changed_sampling_method_falls_back_to_verls_sampling_with_a_warning(
     with caplog.at_level(logging.WARNING, logger=CobaReplayBuffer.__module__):
         uniform = build(cls, rollouts_per_prompt=None)  # veRL's sampling anyway: nothing to say
     assert uniform.verl_changed == () and caplog.text == ""
+
+
+def test_a_changed_module_helper_falls_back_to_verls_sampling(monkeypatch):
+    """``_accumulate_eviction_metrics`` is a function of veRL's module, not a method: checked alike."""
+    source = inspect.getsource(verl_replay_buffer._accumulate_eviction_metrics)
+    namespace: dict = {}
+    exec(source.replace("max(acc.get", "min(acc.get"), vars(verl_replay_buffer), namespace)  # noqa: S102
+    changed = namespace["_accumulate_eviction_metrics"]
+    monkeypatch.setattr(verl_replay_buffer, "_accumulate_eviction_metrics", changed)
+    for cls in (CobaReplayBuffer, CobaReplayBufferAsync):
+        buffer = build(cls)
+        assert buffer.verl_changed == ("_accumulate_eviction_metrics",)
+        assert not buffer.counts_rollouts("train")
+    monkeypatch.delattr(verl_replay_buffer, "_accumulate_eviction_metrics")  # gone: also a change
+    assert build(CobaReplayBuffer).verl_changed == ("_accumulate_eviction_metrics",)
 
 
 def skip_annotation(method) -> tuple[str, str] | None:

@@ -625,6 +625,50 @@ def test_dapo_resume_reproduces_the_submissions_including_a_rounds_rest(
     assert resumed == expected
 
 
+def trained_sessions(trainer, manager) -> list[list[tuple[int, int, int, int, int]]]:
+    """Per actor update, the sessions it trained as (submission step, extra_info.index, the prompt's
+    submission number within that step, session, output), sorted: names that two runs share
+    (uids do not). Padding rows left out."""
+    seen: Counter = Counter()
+    names = {}
+    for s in manager.submissions:
+        for uid, index in zip(s["uid"], s["index"], strict=True):
+            names[uid] = (s["step"], int(index), seen[s["step"], int(index)])
+            seen[s["step"], int(index)] += 1
+    return [
+        sorted(
+            (*names[uid], int(session), int(output))
+            for uid, session, output in (key.rsplit("_", 2) for key in update["advantage"])
+            if uid in names
+        )
+        for update in trainer.actor_rollout_wg.updates
+    ]
+
+
+def test_dapo_resume_under_the_random_cut_trains_the_same_sessions_step_by_step(
+    dapo, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """The random DAPO cut (``coba.cut_sessions=auto`` under DAPO) draws which sessions a cut group
+    keeps with ``(data.seed, step, cuts made so far)``; the count travels in data.pt, so a run
+    resumed after cuts were made cuts the same sessions as the run that was not interrupted."""
+    assert dapo.trainer.replay_buffer.cut_mode == "random"
+
+    def cuts_made(step: int) -> int:
+        state = torch.load(dapo.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
+        return state[STATE_KEY]["extra"]["carried"]["replay_buffer"]["cuts_made"]
+
+    resume_step = next(step for step in range(1, STEPS) if 0 < cuts_made(step) < cuts_made(STEPS))
+    config = loop_config(
+        small_config, dapo.ckpt, *DAPO, "trainer.resume_mode=resume_path", "trainer.save_freq=-1",
+        f"trainer.resume_from_path={dapo.ckpt / f'global_step_{resume_step}'}",
+    )  # fmt: skip
+    resumed, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
+    assert resumed.replay_buffer.cuts_made == dapo.trainer.replay_buffer.cuts_made
+    expected = trained_sessions(dapo.trainer, dapo.manager)[resume_step:]
+    assert min(s["step"] for s in manager.submissions) == resume_step + 1
+    assert trained_sessions(resumed, manager) == expected
+
+
 class FailingSessionWorker(ScriptedAgentLoopWorker):
     """Session 1 of every prompt raises in epoch 2 (a tool error, a timeout); index 61 fails whole."""
 
@@ -710,6 +754,20 @@ def test_sync_rollout_counting_stops_naming_the_count_when_every_session_fails(
         fit(
             loop_config(small_config, tmp_path / "ckpt", *overrides), tiny_tokenizer, transfer_queue,
             tmp_path / "metrics.jsonl", monkeypatch, manager_cls=EngineDownManager,
+        )  # fmt: skip
+
+
+def test_async_rollout_counting_stops_naming_the_count_when_every_session_fails(
+    async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
+):
+    """colocate_async with every session failing: veRL's async buffer evicts each failed group and
+    the counted sampling refills it, without end before; 2 x M = 8 groups in a row without a
+    finished session now stop the run, naming the count."""
+    stop = r"^\d+ prompt groups in a row came back with every session failed"
+    with pytest.raises(RuntimeError, match=stop):
+        async_fit(
+            async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, "trainer.save_freq=-1",
+            failure_rate=1.0,
         )  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync, _accumulate_eviction_metrics
 from verl.utils.skip import SkipManager
 
-from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, EmptyGroupWatch
 from coba_verl.verl_plugin.hooks.sessions import sessions_of, uid_of
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
         "ReplayBufferAsync._has_enough_samples",
         "ReplayBufferAsync._terminal_eviction_reasons",
         "ReplayBufferAsync._stale_terminal_keys",
+        "ReplayBuffer._dapo_filtered_keys",  # the DAPO rule _failed_without_spread applies
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -104,12 +105,19 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
         group) until nothing is left to evict, then take ``target`` sessions once the sampleable groups
         hold that many and no in-flight prompt has reached the staleness threshold under
         ``max_off_policy_strategy=wait``. When nothing is in flight and the sampleable sessions fall
-        short, ceil(missing / n) prompts are refilled (veRL, counting groups, would wait forever)."""
+        short, ceil(missing / n) prompts are refilled (veRL, counting groups, would wait forever).
+
+        Raises:
+            RuntimeError: `EmptyGroupWatch`'s count of groups in a row without a finished session
+                (every session failing) was reached: the refills would never end.
+        """
         assert self.rollouts_per_prompt is not None
         last_debug_time = time.time()
         eviction_metrics: dict = {}
+        watch = EmptyGroupWatch(self.train_batch_size)
         while True:
             self._sync_metadata_from_transfer_queue()
+            watch.check(self, partition_id)
             reasons = self._terminal_eviction_reasons(global_steps, partition_id)
             evicted, stale_count, _, metrics = self._evict_terminal_groups(
                 global_steps, partition_id, reasons
@@ -118,6 +126,7 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
                 _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
                 if self.refill_fn is not None:
                     self.refill_fn(len(evicted))
+                    watch.refilled += len(evicted)
                 continue
             ready = self._sampleable_terminal_keys(partition_id, reasons)
             groups, ready_sessions = self._ready_sessions(partition_id, ready)
@@ -127,6 +136,8 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
                 return batch, eviction_metrics
             inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
             if inflight == 0 and ready_sessions < target and self.refill_fn is not None:
-                self.refill_fn(math.ceil((target - ready_sessions) / self.rollouts_per_prompt))
+                missing = math.ceil((target - ready_sessions) / self.rollouts_per_prompt)
+                self.refill_fn(missing)
+                watch.refilled += missing
                 continue
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)

@@ -13,7 +13,9 @@ training; a tracker stored there would be saved as it was steps earlier. The loa
 ``state_dict`` is called when veRL writes the checkpoint, after the step's tracker update.
 
 The entry is the allocator's saved state (`coba_verl.records.saved_state`, the format the TRL and
-OpenRLHF glues keep too), with the rest of the current round of M prompts as its extra. Its identity
+OpenRLHF glues keep too), with the rest of the current round of M prompts and the state of what the
+loader carries (`carry`: the replay buffer's count of random cuts, which seeds the next cut's draw)
+as its extra. Its identity
 says what the pass rates belong to (the ids, each id's prompt text as veRL's ``dataframe`` holds it,
 and the model of ``actor_rollout_ref.model.path``), so that a resume on other prompts or another model
 stops instead of attaching pass rates to the wrong problems; what the writing run could not
@@ -173,6 +175,17 @@ class CobaDataLoader(StatefulDataLoader):
         #: Prompts already drawn and allocated (``__rollout_n__`` set) but not yet submitted: the
         #: rest of the current round of M prompts (`CobaTrainer._next_train_batch`), or None.
         self.round_rest: Any = None
+        #: name -> object whose ``state_dict()`` travels in data.pt beside the allocator (`carry`)
+        self.carried: dict[str, Any] = {}
+        #: carried states read from a checkpoint for objects not registered yet (`carry` applies them)
+        self._restored: dict[str, Any] = {}
+
+    def carry(self, name: str, obj: Any) -> None:
+        """Keep ``obj``'s ``state_dict()`` in this loader's checkpoint entry under ``name``, and give it
+        back through ``obj.load_state_dict`` on resume (now, if the checkpoint was already loaded)."""
+        self.carried[name] = obj
+        if name in self._restored:
+            obj.load_state_dict(self._restored.pop(name))
 
     @classmethod
     def wrap(
@@ -201,13 +214,16 @@ class CobaDataLoader(StatefulDataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """veRL's dataloader state plus ``{STATE_KEY: saved_state(...)}`` (`coba_verl.records.saved_state`),
-        whose extra is ``{"round_rest": ...}``.
+        whose extra is ``{"round_rest": ..., "carried": {name: state}}``.
 
         ``round_rest`` keeps the prompts the data position has already passed but no submission
-        has taken yet (DAPO refills), so that a resume neither drops nor redraws them.
+        has taken yet (DAPO refills), so that a resume neither drops nor redraws them; ``carried``
+        the state of each object given to `carry`.
         """
         state = super().state_dict()
-        state[STATE_KEY] = saved_state(self.allocator, self.identity, {"round_rest": self.round_rest})
+        carried = {name: obj.state_dict() for name, obj in self.carried.items()}
+        extra = {"round_rest": self.round_rest, "carried": carried}
+        state[STATE_KEY] = saved_state(self.allocator, self.identity, extra)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -238,3 +254,16 @@ class CobaDataLoader(StatefulDataLoader):
             coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
         )
         self.round_rest = extra["round_rest"]
+        restored = dict(extra.get("carried", {}))
+        missing = sorted(set(self.carried) - set(restored))
+        if missing:
+            logger.warning(
+                "the checkpoint carries no state of %s (written by an earlier coba-verl): they start "
+                "afresh, so a random DAPO cut after this resume may keep other sessions than the run "
+                "that wrote it",
+                missing,
+            )
+        for name, obj in self.carried.items():
+            if name in restored:
+                obj.load_state_dict(restored.pop(name))
+        self._restored = restored

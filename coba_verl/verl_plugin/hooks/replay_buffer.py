@@ -40,17 +40,20 @@ DAPO's filter as a finished group's do, and train; the ledger records the sessio
 finished as failed when the group is trained. A failed group with fewer finished sessions is
 evicted and refilled as veRL does. Uniform keeps veRL's eviction.
 
-**Bounded refill (sync).** When every session fails, the sync buffer's refills would never make
-M x n sessions (veRL raises at once: its selection finds no trajectory, ``replay_buffer.py:505-510``).
-`CobaReplayBuffer` stops with an error once ``2 x train_batch_size`` prompt groups in a row came
-back with no finished session.
+**Bounded refill.** When every session fails, the counted sampling's refills would never make
+M x n sessions (veRL's sync buffer raises at once: its selection finds no trajectory,
+``replay_buffer.py:505-510``; its async one refills an evicted failed group without end). Both CoBA
+buffers stop with an error once ``2 x train_batch_size`` prompt groups in a row came back with no
+finished session (`EmptyGroupWatch`).
 
 **Guarded against veRL changes.** The buffers override veRL's ``_clear_groups`` (and the async one
-its ``_terminal_eviction_reasons``) and re-implement its sampling loops and its oldest-first
-selection. Each such veRL method's source digest is checked when a buffer is built
+its ``_terminal_eviction_reasons``), re-implement its sampling loops and its oldest-first
+selection, call six of its helpers (`VERL_CALLED`: what is sampleable, the eviction and its
+metrics, the batch, the metadata refresh, the poll wait) and apply its DAPO rule to the failed
+groups the async one keeps. Each such veRL method's source digest is checked when a buffer is built
 (`VERL_BUFFER_SHA256`, veRL 0.9.1's): a changed ``_clear_groups``, through which evicted groups
-reach the tracker, refuses the run (`FrameworkMismatch`); a changed method the counted sampling
-re-implements makes the buffer fall back to veRL's own sampling by groups, with a warning. The
+reach the tracker, refuses the run (`FrameworkMismatch`); any other changed method makes the buffer
+fall back to veRL's own sampling by groups, with a warning. The
 counted sampling keeps veRL's ``@SkipManager.annotate_tq(role="rollout_tq", phase="sample")``, which
 veRL puts on both ``sample`` methods (``replay_buffer.py:421, 592``).
 """
@@ -81,13 +84,46 @@ from coba_verl.core.trained_budget import (
 )
 from coba_verl.framework_api import constructor_arguments, mismatch
 from coba_verl.verl_plugin.hooks.sessions import final_outputs, sessions_of, uid_of
-from coba_verl.verl_plugin.hooks.verl_guards import verl_changes
+from coba_verl.verl_plugin.hooks.verl_guards import VERL_CALLED, verl_changes
 
 logger = logging.getLogger(__name__)
 
 #: Prompt groups in a row that came back with no finished session after which the sync buffer stops,
 #: in rounds of ``train_batch_size`` prompts (`CobaReplayBuffer._sample_rollouts`).
 EMPTY_GROUP_ROUNDS = 2
+
+
+class EmptyGroupWatch:
+    """Counts, during one counted sample, the prompt groups in a row that came back with no finished
+    session, and stops the refills once `EMPTY_GROUP_ROUNDS` x ``train_batch_size`` of them have:
+    every session failing (an engine that is down, a reward function that always raises) would
+    otherwise be refilled without end, in the sync buffer and in the async one alike."""
+
+    def __init__(self, train_batch_size: int | None) -> None:
+        self.limit = EMPTY_GROUP_ROUNDS * (train_batch_size or 1)
+        self.seen: set[str] = set()  # groups that came back during this sample
+        self.empty_run = 0  # groups in a row with no finished session
+        self.refilled = 0  # prompts refilled for this sample
+
+    def check(self, buffer: Any, partition_id: str) -> None:
+        """Count the groups that came back since the last check (finished or failed).
+
+        Raises:
+            RuntimeError: naming the count, the prompts refilled and where to look.
+        """
+        returned = (buffer.finished_keys[partition_id] | buffer.failure_keys[partition_id]) - self.seen
+        if not returned:
+            return
+        self.seen |= returned
+        with_sessions = {uid_of(key) for key in buffer.partitions[partition_id]}
+        self.empty_run = 0 if returned & with_sessions else self.empty_run + len(returned)
+        if self.empty_run >= self.limit:
+            raise RuntimeError(
+                f"{self.empty_run} prompt groups in a row came back with every session failed "
+                f"({self.refilled} prompts refilled for this step so far): the rollout engine, agent loop "
+                "or reward function most likely fails every request; see the agent-loop workers' "
+                "'Error in _run_prompt' log lines."
+            )
 
 
 #: ``on_clear(partition_id, uids, trajectory tags {key: tag} of the partition)``.
@@ -159,7 +195,8 @@ class CobaBufferHooks:
             )
         #: veRL methods the counted sampling re-implements that differ from veRL 0.9.1's (then veRL's own
         #: sampling by groups is used, `counts_rollouts` is False)
-        self.verl_changed = tuple(verl_changes(self.VERL_REIMPLEMENTED)) if rollouts_per_prompt else ()
+        reimplemented = (*self.VERL_REIMPLEMENTED, *VERL_CALLED)
+        self.verl_changed = tuple(verl_changes(reimplemented)) if rollouts_per_prompt else ()
         if self.verl_changed:
             logger.warning(
                 "%s differ from veRL 0.9.1's, which %s re-implements to train exactly M x n rollouts an "
@@ -168,6 +205,16 @@ class CobaBufferHooks:
                 ", ".join(self.verl_changed),
                 type(self).__name__,
             )
+
+    def state_dict(self) -> dict[str, int]:
+        """What a resume needs to cut as the run that was not interrupted: the count of cuts made,
+        which seeds the random cut's next draw (``(cut_seed, step, cuts_made)``). `CobaDataLoader`
+        keeps it in data.pt (`CobaDataLoader.carry`)."""
+        return {"cuts_made": self.cuts_made}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore `state_dict`'s count of cuts made."""
+        self.cuts_made = int(state["cuts_made"])
 
     @classmethod
     def like(cls, buffer: ReplayBuffer, on_clear: ClearObserver, **options: Any) -> CobaBufferHooks:
@@ -332,23 +379,10 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
         eviction_metrics: dict = {}
         credit, draining = 0, False
         max_inflight = self.max_inflight_gen_batches * (self.train_batch_size or 1)
-        seen: set[str] = set()  # groups that came back during this call
-        empty_run, refilled = 0, 0  # groups in a row with no finished session; prompts refilled
-        empty_limit = EMPTY_GROUP_ROUNDS * (self.train_batch_size or 1)
+        watch = EmptyGroupWatch(self.train_batch_size)
         while True:
             self._sync_metadata_from_transfer_queue()
-            returned = (self.finished_keys[partition_id] | self.failure_keys[partition_id]) - seen
-            if returned:
-                seen |= returned
-                with_sessions = {uid_of(key) for key in self.partitions[partition_id]}
-                empty_run = 0 if returned & with_sessions else empty_run + len(returned)
-                if empty_run >= empty_limit:
-                    raise RuntimeError(
-                        f"{empty_run} prompt groups in a row came back with every session failed "
-                        f"({refilled} prompts refilled for this step so far): the rollout engine, agent loop "
-                        "or reward function most likely fails every request; see the agent-loop workers' "
-                        "'Error in _run_prompt' log lines."
-                    )
+            watch.check(self, partition_id)
             reasons = self._terminal_eviction_reasons(global_steps, partition_id)
             failed_count = len(reasons[2])
             evicted, stale_count, dapo_count, metrics = self._evict_terminal_groups(
@@ -370,7 +404,7 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
                 if dispatch > 0:
                     self.refill_fn(dispatch)
                     credit -= dispatch
-                    refilled += dispatch
+                    watch.refilled += dispatch
                     continue
             if enough and inflight == 0:
                 batch, surplus = self._take(partition_id, ready, groups, target, clear_surplus=True)

@@ -6,7 +6,7 @@ Methods of veRL's trainer (verl 0.9.1, ``verl/trainer/ppo/v1/``) are extended; e
 original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, for both bases):
 
 ``_init_dataloader``         veRL's loaders, then the training loader rebuilt as `CobaDataLoader`
-                             (same sampler, plus the allocator in its checkpoint state).
+                             (same sampler, plus the allocator and the buffer's cut count in data.pt).
 ``_build_replay_buffer``     veRL's sync buffer rebuilt as `CobaReplayBuffer`, which shows the
                              groups DAPO evicts or discards to the tracker before clearing them and,
                              under DAPO with budgets, trains exactly M * rollout.n rollouts a step
@@ -91,7 +91,7 @@ from coba_verl.verl_plugin.hooks.advantage import (
 from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.hooks.progress import ProgressLines
-from coba_verl.verl_plugin.hooks.replay_buffer import CobaReplayBuffer
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, CobaReplayBuffer
 from coba_verl.verl_plugin.hooks.session_fates import SessionFates
 from coba_verl.verl_plugin.hooks.sessions import final_outputs
 from coba_verl.verl_plugin.hooks.step_counts import (
@@ -173,6 +173,8 @@ class CobaBudgets(SessionFates):
             self.coba_config,
             model_path=self.config.actor_rollout_ref.model.path,
         )
+        if isinstance(self.replay_buffer, CobaBufferHooks):  # its cut count travels in data.pt
+            self.train_dataloader.carry("replay_buffer", self.replay_buffer)
 
     def _build_replay_buffer(self) -> ReplayBuffer:
         """veRL's buffer; its own classes rebuilt as `CobaReplayBuffer` / `CobaReplayBufferAsync`."""

@@ -80,16 +80,41 @@ VERL_BUFFER_SHA256: dict[str, str] = {
     # staleness test for them mirrors _stale_terminal_keys (:520-529)
     "ReplayBufferAsync._terminal_eviction_reasons": "dee4779773543c4cb0f6a965fb127c404d3c08599265c2d13927205d37c740a2",  # noqa: E501
     "ReplayBufferAsync._stale_terminal_keys": "a71c810a9e452911e8d43a008879de5101c421bd52d00383c9e1d208212cced4",  # noqa: E501
+    # called by both counted samplings: what is ready (:338-346), evicting with its metrics (:348-381,
+    # and the module function :79-95), the batch of the chosen groups (:394-406), the metadata
+    # refresh (:214-239) and the poll wait (:408-419)
+    "ReplayBuffer._sampleable_terminal_keys": "9328fc8437504a1a236f46b249c3e50c1e170b81b60ecd39f2ddc7b8616fb76e",  # noqa: E501
+    "ReplayBuffer._evict_terminal_groups": "c2c224967f20c54b953aa3fd0506cd83984ede7c51b72dd092031e6e68deebbb",  # noqa: E501
+    "_accumulate_eviction_metrics": "2261ad5e8c69b53cf3662c90a5008d952beffe8713e1aeada26135fbd37f0367",
+    "ReplayBuffer._materialize_batch": "f9fe1d149509051822a4579c6d565ed424a489a8d00e092f3b93bf799cdfcbda",
+    "ReplayBuffer._sync_metadata_from_transfer_queue": "489dc320fdce58c7a104f38f29b2ea9dd00c7b6d74f5eeb1a4e529f479999e22",  # noqa: E501
+    "ReplayBuffer._wait_for_next_poll": "10088bf03da693830d23be51540b04ad3e21e34566f70cbe8863f2867873f8cd",
+    # DAPO's rule (a group with more than one session and one metric value has no spread, :261-315),
+    # which CobaReplayBufferAsync._failed_without_spread applies to the failed groups it keeps
+    "ReplayBuffer._dapo_filtered_keys": "790dfb4e7ffb4d1b6d05f340b7d0180b6d093ce3b64f6ed63e7d0480a2852d8a",
 }
+
+#: The veRL helpers both counted samplings call (`VERL_BUFFER_SHA256`); one that changed means veRL's
+#: own sampling, as for a changed method they re-implement.
+VERL_CALLED: tuple[str, ...] = (
+    "ReplayBuffer._sampleable_terminal_keys",
+    "ReplayBuffer._evict_terminal_groups",
+    "_accumulate_eviction_metrics",
+    "ReplayBuffer._materialize_batch",
+    "ReplayBuffer._sync_metadata_from_transfer_queue",
+    "ReplayBuffer._wait_for_next_poll",
+)
 
 
 def verl_changes(names: Iterable[str]) -> list[str]:
-    """The ``"<class>.<method>"`` of ``names`` whose veRL method is missing or whose source is not the
-    one `VERL_BUFFER_SHA256` holds (veRL 0.9.1's), read from veRL's classes at call time."""
+    """The names of ``names`` (``"<class>.<method>"``, or a module function's name) whose veRL code is
+    missing or whose source is not the one `VERL_BUFFER_SHA256` holds (veRL 0.9.1's), read from veRL's
+    ``replay_buffer`` module at call time."""
     changed = []
     for name in names:
-        owner, method = name.split(".")
-        function = getattr(verl_replay_buffer, owner).__dict__.get(method)
+        owner, _, method = name.rpartition(".")
+        holder = getattr(verl_replay_buffer, owner, None) if owner else verl_replay_buffer
+        function = vars(holder).get(method) if holder is not None else None
         if function is None or source_sha256(function) != VERL_BUFFER_SHA256[name]:
             changed.append(name)
     return changed
