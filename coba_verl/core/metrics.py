@@ -30,6 +30,7 @@ The veRL trainer adds what the step generated and trained (docs/verl.md, "What a
     in_flight_rollouts                                submitted, no fate yet (async trainers)
     versions_behind_mean/_max, evicted_budget_mean    staleness of what was trained; B_i evicted
     F_bar_newest_version                              the newest policy version F_bar averages
+    versions_held_open                                versions F_bar waits for (bounded by staleness)
 """
 
 from __future__ import annotations

@@ -1166,6 +1166,27 @@ def test_colocate_async_f_bar_averages_the_newest_complete_versions_of_the_scrip
     assert newest_before == hang_step - 1
 
 
+def test_f_bar_stops_waiting_for_a_version_whose_request_never_returns_past_the_staleness_bound(
+    async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path, caplog
+):
+    """The even indices submitted at step 2 never finish: F_bar would leave version 2 out, and every
+    version after it, for the rest of the run. With veRL's staleness bound at 2, from step 5 (3 steps
+    after) versions 2 on are settled with what was observed: F_bar's newest version moves past 2, the
+    WARNING names the versions, and ``coba/versions_held_open`` counts what F_bar still waits for."""
+    hang_step = 2
+    with caplog.at_level(logging.WARNING, logger=CobaTrainer.__module__):
+        run = async_fit(
+            async_workers, small_config, tiny_tokenizer, transfer_queue, tmp_path, "trainer.save_freq=-1",
+            "trainer.v1.sampler.max_off_policy_threshold=2", hang_step=hang_step,
+        )  # fmt: skip
+    newest = {s: run.logged[s].get("coba/F_bar_newest_version") for s in range(1, STEPS + 1)}
+    assert all(newest[s] is None or newest[s] < hang_step for s in range(1, hang_step + 3))  # waited
+    assert newest[STEPS] is not None and newest[STEPS] >= hang_step  # then no longer
+    assert f"F_bar stops waiting for policy versions {hang_step}-" in caplog.text
+    assert all("coba/versions_held_open" in run.logged[s] for s in range(1, STEPS + 1))
+    assert run.trainer.ledger.oldest_open_version == hang_step  # the hung groups are still in flight
+
+
 def test_colocate_async_uniform_keeps_veRLs_sampling_by_groups(async_uniform):
     assert not async_uniform.trainer.replay_buffer.counts_rollouts("train")
     assert all(set(s["budgets"]) == {ROLLOUT_N} for s in async_uniform.manager.submissions)

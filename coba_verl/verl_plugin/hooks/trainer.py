@@ -28,7 +28,8 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
 ``step``                     veRL's step, then the step's ledger closed (`RolloutLedger.close_step`:
                              in the sync trainer a group still open failed), the versions of the
                              groups still in flight held open in the tracker (`CapabilityTracker.
-                             hold_open`), ``allocator.end_step()`` (windows, F_bar, alpha/beta for
+                             hold_open`, at most the staleness bound: `held_open_from`),
+                             ``allocator.end_step()`` (windows, F_bar, alpha/beta for
                              the next step) and the ``coba/`` metrics. ``fit()`` writes the
                              checkpoint after ``step`` returns, so data.pt holds the updated
                              tracker and the unsubmitted rest of the round.
@@ -116,6 +117,10 @@ check_verl_api(PPOTrainerColocateAsync)
 check_verl_api(PPOTrainerSeparateAsync)
 
 
+#: Policy versions F_bar waits for a group in flight at most, where veRL's
+#: ``trainer.v1.sampler.max_off_policy_threshold`` is null (its default is 8 too).
+HELD_OPEN_LIMIT = 8
+
 #: veRL's own replay buffer classes and the CoBA one each is rebuilt as (same constructor arguments).
 COBA_BUFFERS: dict[type, type] = {ReplayBuffer: CobaReplayBuffer, ReplayBufferAsync: CobaReplayBufferAsync}
 
@@ -147,6 +152,7 @@ class CobaBudgets(SessionFates):
         self._allocations: list[Allocation] = []  # rounds allocated this step
         self._cost: Counter = Counter()  # this step's `trained_cost`
         self._plugin_time_s = 0.0  # wall time spent in coba-verl's code this step
+        self._settled_below = 0  # versions below it were settled while groups of theirs were in flight
         super().__init__(config)  # builds the replay buffer, which needs the fields above
         # where coba.group_weight's factor meets veRL's advantages (`advantage`'s module docstring)
         self._advantage_route = advantage_route(super()._compute_advantage)
@@ -278,9 +284,14 @@ class CobaBudgets(SessionFates):
             )
             self.ledger.fail_open()
         tally = self.ledger.close_step()
-        # F_bar waits for every version a group still in flight may add sessions to (its own on)
-        self.allocator.tracker.hold_open(self.ledger.oldest_open_version)
+        # F_bar waits for every version a group still in flight may add sessions to (its own on),
+        # but not for longer than the staleness bound (`held_open_from`)
+        open_from = self.held_open_from()
+        self.allocator.tracker.hold_open(open_from)
         tracker_metrics = self.allocator.end_step()
+        # the versions F_bar waits for, this step's included (0: none; at most the bound + 1)
+        held = 0 if open_from is None else self.global_steps - open_from + 1
+        tracker_metrics[PREFIX + "versions_held_open"] = float(held)
         averaged = self.allocator.tracker.f_bar_versions
         if averaged:
             tracker_metrics[PREFIX + "F_bar_newest_version"] = float(averaged[-1])
@@ -330,6 +341,30 @@ class CobaBudgets(SessionFates):
         return reissued
 
     # ------------------------------------------------------------------ helpers
+    def held_open_from(self) -> int | None:
+        """The oldest policy version F_bar still waits for: that of the oldest group in flight, or, once
+        it is more than the staleness bound behind this step, the step minus the bound (its versions
+        settled with what was observed, a WARNING naming them; None: none in flight).
+
+        The bound is veRL's ``trainer.v1.sampler.max_off_policy_threshold`` (past it veRL drops or
+        waits for a group), or `HELD_OPEN_LIMIT` where it is null: one request that never finishes
+        would otherwise keep its version out of F_bar, and F_bar frozen, for the rest of the run.
+        """
+        oldest = self.ledger.oldest_open_version
+        threshold = self.config.trainer.v1.get("sampler", {}).get("max_off_policy_threshold", None)
+        limit = int(threshold) if threshold is not None else HELD_OPEN_LIMIT
+        if oldest is None or self.global_steps - oldest <= limit:
+            return oldest
+        settled = self.global_steps - limit
+        if settled > self._settled_below:
+            logger.warning(
+                "F_bar stops waiting for policy versions %d-%d: groups submitted then are still in flight "
+                "%d steps later (over the staleness bound %d); those versions count with what was observed",
+                max(oldest, self._settled_below), settled - 1, self.global_steps - oldest, limit,
+            )  # fmt: skip
+            self._settled_below = settled
+        return settled
+
     def _allocate_round(self, prompts: TensorDict) -> TensorDict:
         """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
         start = time.perf_counter()
