@@ -394,6 +394,24 @@ def test_a_gpu_run_that_names_a_ray_cluster_is_left_to_veRL(no_gpu, monkeypatch,
     preflight.check_accelerator(gpu_run(**ray_init))
 
 
+def test_where_ray_would_start_is_refused_not_guessed_when_rays_rule_is_gone(no_gpu, monkeypatch):
+    """Without an address only Ray's private ``canonicalize_bootstrap_address`` knows whether
+    ``ray.init()`` attaches to a cluster ``ray start`` recorded: a Ray without it is refused in one
+    line naming what to set; an explicit address needs no rule, and a machine with a GPU no check."""
+    import torch
+    from ray._private import services
+
+    monkeypatch.delattr(services, "canonicalize_bootstrap_address")
+    with pytest.raises(CobaRefusal, match=r"^cannot tell whether ray.init\(\) starts a fresh Ray") as refused:
+        preflight.check_accelerator(gpu_run())
+    assert "+ray_kwargs.ray_init.address" in str(refused.value) and "\n" not in str(refused.value)
+    preflight.check_accelerator(gpu_run(address="10.0.0.1:6379"))  # a cluster's: left to veRL
+    with pytest.raises(CobaRefusal, match="no GPU found"):
+        preflight.check_accelerator(gpu_run(address="local"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    preflight.check_accelerator(gpu_run())  # GPUs here: where Ray starts does not matter
+
+
 def free_port() -> int:
     import socket
 

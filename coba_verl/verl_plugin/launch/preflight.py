@@ -76,25 +76,34 @@ def ray_starts_fresh(config: DictConfig) -> bool:
     rather than attach to a running cluster, decided by Ray's own rule
     (``ray/_private/services.py``: ``canonicalize_bootstrap_address``, ``get_ray_address_from_environment``):
 
-    - ``ray_kwargs.ray_init.address``, else ``RAY_ADDRESS`` when set and not empty;
+    - ``ray_kwargs.ray_init.address``, else ``RAY_ADDRESS`` when set and not empty: ``local`` is a
+      fresh Ray, any other address (a ``ray://`` client's included) a cluster's;
     - none (or ``auto``): the cluster of the latest ``ray start`` on this machine, whose address Ray
       reads from ``<temp dir>/ray_current_cluster`` (``ray_init._temp_dir``, else Ray's default:
-      ``$RAY_TMPDIR/ray``, ``$TMPDIR/ray``, ``/tmp/ray``);
-    - ``local``, or none and no such file: a fresh Ray.
+      ``$RAY_TMPDIR/ray``, ``$TMPDIR/ray``, ``/tmp/ray``); a fresh Ray where there is none.
 
-    A ``ray://`` client address, or one Ray cannot use (its own error follows in ``ray.init``), is
-    not a fresh Ray. Where this Ray has no such function, nothing is assumed: False, said at WARNING.
+    The last case is Ray's private function's to decide; a Ray without it is refused, not guessed.
+
+    Raises:
+        CobaRefusal: no address is set and this Ray has no ``canonicalize_bootstrap_address``.
     """
     ray_init = OmegaConf.select(config, "ray_kwargs.ray_init") or {}
     address = ray_init.get("address") or None
     effective = address if address not in (None, "auto") else os.environ.get("RAY_ADDRESS") or address
-    if effective is not None and str(effective).startswith("ray://"):
-        return False
+    if effective not in (None, "auto"):
+        return str(effective) == "local"
     try:
         from ray._private.services import canonicalize_bootstrap_address
     except ImportError as error:
-        logger.warning("cannot tell where ray.init() will run (%s): the GPU check is left to Ray", error)
-        return False
+        import ray
+
+        raise CobaRefusal(
+            f"cannot tell whether ray.init() starts a fresh Ray here or attaches to a cluster started with "
+            f"ray start: no address is set, and this Ray ({ray.__version__}) has no "
+            f"ray._private.services.canonicalize_bootstrap_address, the rule coba-verl asks ({error}). Set "
+            "+ray_kwargs.ray_init.address to the cluster's address (or RAY_ADDRESS), or to local for a "
+            "fresh Ray on this machine."
+        ) from None
     try:
         return canonicalize_bootstrap_address(address, ray_init.get("_temp_dir")) is None
     except (ConnectionError, ValueError):
@@ -111,15 +120,15 @@ def check_accelerator(config: DictConfig) -> None:
     ``RAY_ADDRESS=local`` is a fresh Ray.
 
     Raises:
-        CobaRefusal: no CUDA/NPU device is visible and ``ray.init()`` would start a fresh Ray.
+        CobaRefusal: no CUDA/NPU device is visible and ``ray.init()`` would start a fresh Ray, or
+            where it would start cannot be told (`ray_starts_fresh`).
     """
+    import torch
     from verl.utils.device import is_npu_available
 
-    if not ray_starts_fresh(config):
-        return
-    import torch
-
     if torch.cuda.is_available() or is_npu_available:
+        return
+    if not ray_starts_fresh(config):
         return
     why = (
         "RAY_ADDRESS=local starts a fresh Ray here"
