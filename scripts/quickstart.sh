@@ -37,6 +37,10 @@ source .venv/bin/activate
 # pip_install: uv pip install when uv can be had from the registry, pip otherwise (the same arguments).
 # shellcheck source=scripts/pip_install.sh
 source scripts/pip_install.sh
+# Bytecode on first import (scripts/pip_install.sh, COBA_BYTECODE): this script's processes compile
+# only the modules they import, once, and write it to .venv; the install skips compiling the rest.
+export COBA_BYTECODE=lazy
+unset PYTHONDONTWRITEBYTECODE
 stamp=.venv/.coba-quickstart-installed
 if ! sha256sum pyproject.toml | cmp -s - "$stamp"; then
   pip_install --quiet torch==2.13.0 -e ".[test]"
@@ -59,13 +63,12 @@ log=$RUN_DIR/console.log
 metrics=$RUN_DIR/metrics.jsonl
 rm -f "$metrics"
 export VERL_FILE_LOGGER_PATH=$metrics
-half=$((STEPS / 2 > 0 ? STEPS / 2 : 1))
 status=0
 DATA_DIR=$DATA_DIR TRAIN_FILES=$TINY/train.parquet VAL_FILES=$TINY/test.parquet MODEL_PATH=$TINY/model \
   STRATEGY=$STRATEGY EXPERIMENT=$EXPERIMENT LOGGER='["console","file"]' PYTHON=python \
   bash recipes/tiny_cpu/run.sh \
   "coba.prior_file=$TINY/priors.jsonl" \
-  "trainer.total_training_steps=$STEPS" "trainer.test_freq=$half" "trainer.save_freq=$STEPS" \
+  "trainer.total_training_steps=$STEPS" "trainer.test_freq=$STEPS" "trainer.save_freq=$STEPS" \
   trainer.resume_mode=disable "$@" >"$log" 2>&1 || status=$?
 if [[ $status -ne 0 ]]; then
   echo "training failed (exit $status); the end of $log:" >&2

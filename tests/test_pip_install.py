@@ -64,6 +64,15 @@ def test_uv_installs_with_the_same_arguments_compiled_to_bytecode_and_pips_find_
     ]
 
 
+def test_lazy_bytecode_leaves_compiling_to_the_first_import(tmp_path):
+    """``COBA_BYTECODE=lazy`` (the quick start's): uv without ``--compile-bytecode``, nothing else changed."""
+    calls = _install(tmp_path, uv=0, COBA_BYTECODE="lazy")
+    assert calls == [
+        "uv pip install --quiet -e .[test] | links= extra=",
+        "uv pip install --no-deps --target .trl-site trl>=1.16,<1.17 | links= extra=",
+    ]
+
+
 def test_without_uv_pip_installs_once_upgraded(tmp_path):
     calls = _install(tmp_path, uv=None)
     assert calls == [
