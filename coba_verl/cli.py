@@ -1,9 +1,10 @@
-"""`coba-verl` console script: one entry point, four sub-commands.
+"""`coba-verl` console script: one entry point, five sub-commands.
 
 coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
 coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
 coba-verl estimate .. each training prompt's pass rate, measured by veRL (coba_verl.verl_plugin.estimate)
 coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
+coba-verl summary ... a finished run's summary from veRL's file logger (verl_plugin.reports.run_summary)
 coba-verl --version   the installed version
 """
 
@@ -21,6 +22,7 @@ COMMANDS = {
     "train": ("coba_verl.main", "veRL GRPO training with CoBA-RL budgets (Hydra overrides)"),
     "estimate": ("coba_verl.verl_plugin.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
+    "summary": ("coba_verl.verl_plugin.reports.run_summary", "summarise a finished run (veRL's file logger)"),
 }
 
 #: command -> (the extra that brings it, the top-level modules of that extra it imports).
@@ -29,6 +31,7 @@ NEEDS = {
     "train": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
     "estimate": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
     "data": ("verl", ("verl", "pyarrow", "datasets")),
+    "summary": ("verl", ("matplotlib",)),
 }
 
 
@@ -45,7 +48,7 @@ def missing_extra(name: str) -> str | None:
 
 
 def _usage() -> str:
-    lines = ["usage: coba-verl {lab,train,estimate,data} [args...]", "       coba-verl --version", ""]
+    lines = ["usage: coba-verl {lab,train,estimate,data,summary} [args...]", "       coba-verl --version", ""]
     lines += ["commands:"]
     lines += [f"  {name:<10}{desc}" for name, (_, desc) in COMMANDS.items()]
     lines += ["", "Each command takes --help (train: a short usage; --help-full for veRL's whole config)."]

@@ -26,6 +26,19 @@ def test_data_command_reaches_the_data_cli(capsys):
     assert "--output-dir" in capsys.readouterr().out
 
 
+def test_summary_command_summarises_a_file_loggers_metrics(tmp_path, capsys):
+    import json
+
+    rows = [{"step": 0, "data": {"val-core/t/acc/mean@4": 0.25}},
+            {"step": 1, "data": {"coba/budget_min": 2.0, "coba/budget_max": 6.0, "coba/budget_mean": 4.0,
+                                 "coba/budget_std": 1.0, "coba/prompts": 4.0}}]  # fmt: skip
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert cli.main(["summary", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    assert "step   1: B 2-6" in out and "0.250 before training" in out
+
+
 def test_every_command_module_exposes_main():
     import importlib
 

@@ -185,7 +185,7 @@ def time_line(metrics: Mapping[int, Mapping[str, float]]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m coba_verl.verl_plugin.reports.run_summary FILE``: write the summary to standard output."""
     parser = argparse.ArgumentParser(
-        prog="python -m coba_verl.verl_plugin.reports.run_summary",
+        prog="coba-verl summary",
         description="Summarise a coba-verl run from veRL's file logger (VERL_FILE_LOGGER_PATH).",
     )
     parser.add_argument("metrics", help="the file logger's JSON lines")
