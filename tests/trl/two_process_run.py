@@ -100,6 +100,13 @@ def main(out_dir: Path) -> None:
         "error": error,
     }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(record))
+    # gloo's threads end with the process group: left to the interpreter's exit, a rank that saw the
+    # injected failure mid-round could abort there ("terminate called without an active exception")
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
