@@ -1,10 +1,11 @@
-"""`coba-verl` console script: one entry point, five sub-commands.
+"""`coba-verl` console script: one entry point, six sub-commands.
 
 coba-verl lab ...     CPU lab: strategies compared on a tiny model (coba_verl.lab)
 coba-verl train ...   veRL GRPO training with CoBA budgets (coba_verl.main; Hydra overrides)
 coba-verl estimate .. each training prompt's pass rate, measured by veRL (coba_verl.verl_plugin.estimate)
 coba-verl data ...    write veRL parquet for GSM8K / MATH / DAPO-Math and eval sets (coba_verl.data)
 coba-verl summary ... a finished run's summary from veRL's file logger (verl_plugin.reports.run_summary)
+coba-verl plan ...    a step's cost before a run, uniform beside CoBA, DAPO too (coba_verl.records.plan_cli)
 coba-verl --version   the installed version
 """
 
@@ -23,6 +24,7 @@ COMMANDS = {
     "estimate": ("coba_verl.verl_plugin.estimate", "measure training prompts' pass rates (coba.prior_file)"),
     "data": ("coba_verl.data.cli", "prepare veRL parquet datasets"),
     "summary": ("coba_verl.verl_plugin.reports.run_summary", "summarise a finished run (veRL's file logger)"),
+    "plan": ("coba_verl.records.plan_cli", "predict a step's cost before a run (budgets, DAPO generation)"),
 }
 
 #: command -> (the extra that brings it, the top-level modules of that extra it imports).
@@ -32,6 +34,7 @@ NEEDS = {
     "estimate": ("verl", ("verl", "hydra", "omegaconf", "ray", "torch")),
     "data": ("verl", ("verl", "pyarrow", "datasets")),
     "summary": ("verl", ("matplotlib",)),
+    "plan": ("base", ()),  # numpy only
 }
 
 
@@ -48,7 +51,8 @@ def missing_extra(name: str) -> str | None:
 
 
 def _usage() -> str:
-    lines = ["usage: coba-verl {lab,train,estimate,data,summary} [args...]", "       coba-verl --version", ""]
+    lines = ["usage: coba-verl {lab,train,estimate,data,summary,plan} [args...]"]
+    lines += ["       coba-verl --version", ""]
     lines += ["commands:"]
     lines += [f"  {name:<10}{desc}" for name, (_, desc) in COMMANDS.items()]
     lines += ["", "Each command takes --help (train: a short usage; --help-full for veRL's whole config)."]

@@ -39,6 +39,23 @@ def test_summary_command_summarises_a_file_loggers_metrics(tmp_path, capsys):
     assert "step   1: B 2-6" in out and "0.250 before training" in out
 
 
+def test_plan_command_reaches_the_planner_and_needs_no_extra(monkeypatch, capsys):
+    import importlib.util
+
+    # Nothing but numpy: plan runs where no extra is installed.
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: real(n, *a) if n == "numpy" else None)
+    assert cli.missing_extra("plan") is None
+    assert cli.main(["plan", "--pass-rates", "0.2,0.4", "--prompts", "2", "--n", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("coba-verl plan: M=2 prompts x n=4") and "groups without reward spread" in out
+    assert cli.main(["plan", "--pass-rates", "0.2,0.4", "--prompts", "0", "--n", "4"]) == 2
+    assert capsys.readouterr().err.startswith("coba-verl plan: prompts=0 must be >= 1")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["plan", "--help"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("usage: coba-verl plan ")
+
+
 def test_every_command_module_exposes_main():
     import importlib
 
