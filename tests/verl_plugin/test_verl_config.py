@@ -445,15 +445,17 @@ def test_a_standalone_pool_smaller_than_one_rollout_engine_is_refused(separate_1
 )
 def test_an_actor_strategy_without_veRLs_old_policy_snapshot_is_refused(separate_1x8, strategy, refused):
     """veRL's DetachActorWorker keeps separate_async's old policy in host memory for some strategies
-    only; for the others it fails at the second local update, inside Ray."""
+    only; for the others it fails at the first local update, inside Ray: its first old-log-prob pass
+    saves the weights (trainer_separate_async.py:202-203), which asks for the strategy's handlers."""
     from verl.experimental.separation.engine_workers import DetachActorWorker
 
     config = copy.deepcopy(separate_1x8)
     OmegaConf.update(config, "actor_rollout_ref.actor.strategy", strategy)
     worker = SimpleNamespace(config=config.actor_rollout_ref, _strategy_handlers=None)
     if refused:
-        with pytest.raises(CobaRefusal, match=f"strategy={strategy} cannot keep the old policy"):
+        with pytest.raises(CobaRefusal, match=f"strategy={strategy} cannot keep the old policy") as refusal:
             check_config(copy.deepcopy(config))
+        assert "fails at the first local update, as it saves the old policy" in str(refusal.value)
         with pytest.raises(NotImplementedError, match=f"Unsupported strategy: {strategy}"):
             DetachActorWorker._get_strategy_handlers(worker)
     else:
@@ -526,3 +528,251 @@ def test_the_start_rules_follow_veRL_0_9_1s_code_and_step_aside_for_another(
     verl_code._say_code_changed.cache_clear()
     with pytest.raises(AssertionError, match="nccl/nixl/mooncake"):
         verl_trainer(config, "separate_async")
+
+
+# ------------------------------------------------ veRL's start-up conditions of every trainer (issue 52)
+
+V1_HEAD = (
+    "trainer.v1.trainer_mode=sync cannot start with this config; veRL would stop inside Ray, after Ray and "
+    "TransferQueue have started: "
+)
+REWARD = "reward.reward_model"
+SAMPLER = "trainer.v1.sampler"
+DISAGG = "actor_rollout_ref.rollout.disaggregation"
+REWARD_POOL = (
+    f"{REWARD}.enable_resource_pool=true puts the reward model in its own pool of {REWARD}.nnodes=0 x "
+    "n_gpus_per_node=8 devices, both of which must be above 0 (veRL's default nnodes is 0; "
+)
+
+
+def refusal_of(config) -> str:
+    with pytest.raises(CobaRefusal) as refusal:
+        check_config(copy.deepcopy(config))
+    message = str(refusal.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_reward_pool_of_no_node_is_refused_in_v1_as_veRLs_resource_pool_setup_stops(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, f"{REWARD}.enable_resource_pool", True)
+    assert refusal_of(config) == (
+        V1_HEAD + REWARD_POOL + f"trainer_base.py:823-827). To launch it, set: {REWARD}.nnodes=1."
+    )
+    with pytest.raises(ValueError, match="reward_model.nnodes must be greater than 0"):
+        verl_trainer(config, "sync")._init_resource_pool_mgr()
+    OmegaConf.update(config, f"{REWARD}.n_gpus_per_node", 0)
+    assert refusal_of(config).endswith(f"set: {REWARD}.nnodes=1 {REWARD}.n_gpus_per_node=1.")
+    OmegaConf.update(config, f"{REWARD}.nnodes", 1)
+    OmegaConf.update(config, f"{REWARD}.n_gpus_per_node", 1)
+    check_config(copy.deepcopy(config))
+    verl_trainer(config, "sync")._init_resource_pool_mgr()
+
+
+def test_a_reward_pool_of_no_node_is_refused_in_the_classic_trainer_as_its_task_runner_stops(base_1x8):
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "trainer.use_v1", False)
+    OmegaConf.update(config, f"{REWARD}.enable_resource_pool", True)
+    assert refusal_of(config) == (
+        "the classic trainer (trainer.use_v1=false) cannot start with this config; veRL would stop inside "
+        f"Ray, after Ray has started: {REWARD_POOL}main_ppo_v0.py:75-79). "
+        f"To launch it, set: {REWARD}.nnodes=1."
+    )
+    with pytest.raises(ValueError, match="reward_model.nnodes must be greater than 0"):
+        BaseTaskRunner.init_resource_pool_mgr(SimpleNamespace(mapping={}), config)
+
+
+DAPO_METRIC = (
+    "algorithm.filter_groups.metric={}: DAPO dynamic sampling (algorithm.filter_groups.enable=true) keeps "
+    "the groups whose metric varies, so veRL needs one: reward (the pre-KL reward) or a reward_extra_info "
+    "field such as acc (trainer_base.py:194-196)"
+)
+
+
+@pytest.mark.parametrize(("metric", "shown"), [(None, "null"), ("", "''")])
+def test_dapo_without_a_metric_is_refused_as_every_v1_trainers_constructor_stops(base_1x8, metric, shown):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True)
+    OmegaConf.update(config, "algorithm.filter_groups.metric", metric)
+    assert refusal_of(config) == (
+        V1_HEAD + DAPO_METRIC.format(shown) + ". To launch it, set: algorithm.filter_groups.metric=reward."
+    )
+    for mode in ("sync", "colocate_async"):
+        with pytest.raises(ValueError, match="algorithm.filter_groups.metric must be set"):
+            verl_trainer(config, mode)
+    OmegaConf.update(config, "algorithm.filter_groups.metric", "reward")
+    check_config(copy.deepcopy(config))
+    verl_trainer(config, "sync")
+
+
+def test_dapo_with_a_colocated_reward_model_is_refused_as_every_v1_trainers_constructor_stops(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True)
+    OmegaConf.update(config, "algorithm.filter_groups.metric", "reward")
+    OmegaConf.update(config, f"{REWARD}.enable", True)
+    assert refusal_of(config) == (
+        V1_HEAD + f"{REWARD}.enable=true with {REWARD}.enable_resource_pool=false: DAPO dynamic sampling "
+        "needs the reward at sampling time, and a colocated reward model computes it only after "
+        f"(trainer_base.py:198-204). To launch it, set: {REWARD}.enable_resource_pool=true {REWARD}.nnodes=1."
+    )
+    with pytest.raises(AssertionError, match="requires the reward metric at sampling time"):
+        verl_trainer(config, "colocate_async")
+    OmegaConf.update(config, f"{REWARD}.enable_resource_pool", True)
+    OmegaConf.update(config, f"{REWARD}.nnodes", 1)
+    check_config(copy.deepcopy(config))
+    verl_trainer(config, "colocate_async")._init_resource_pool_mgr()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason", "fix", "verls"),
+    [
+        ("max_off_policy_strategy", "keep", "max_off_policy_strategy=keep is not one of drop, wait "
+         "(replay_buffer.py:175-177)", "max_off_policy_strategy=drop", "Invalid max off policy strategy"),
+        ("max_off_policy_threshold", 0, "max_off_policy_threshold=0 is neither a positive integer nor null "
+         "(replay_buffer.py:165-169)", "max_off_policy_threshold=8", "Invalid max off policy threshold"),
+        ("max_off_policy_threshold", 2.5, "max_off_policy_threshold=2.5 is neither a positive integer nor "
+         "null (replay_buffer.py:165-169)", "max_off_policy_threshold=8", "Invalid max off policy threshold"),
+    ],
+)  # fmt: skip
+def test_off_policy_settings_veRLs_replay_buffer_rejects_are_refused(
+    base_1x8, key, value, reason, fix, verls
+):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, f"{SAMPLER}.{key}", value)
+    assert refusal_of(config) == f"{V1_HEAD}{SAMPLER}.{reason}. To launch it, set: {SAMPLER}.{fix}."
+    with pytest.raises(AssertionError, match=verls):
+        verl_trainer(config, "sync")
+    OmegaConf.update(config, f"{SAMPLER}.{key}", yaml.safe_load(fix.split("=")[1]))
+    check_config(copy.deepcopy(config))
+    OmegaConf.update(config, f"{SAMPLER}.max_off_policy_threshold", None)  # null: no bound, as veRL allows
+    check_config(copy.deepcopy(config))
+    verl_trainer(config, "sync")
+
+
+def test_a_custom_sampler_keeps_its_own_replay_buffer_rules(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, f"{SAMPLER}.max_off_policy_strategy", "keep")
+    OmegaConf.update(config, f"{SAMPLER}.custom_sampler.path", "/x/sampler.py")
+    OmegaConf.update(config, f"{SAMPLER}.custom_sampler.name", "MySampler")
+    check_config(copy.deepcopy(config))
+
+
+BACKEND = "actor_rollout_ref.rollout.checkpoint_engine.backend"
+ENGINES = "delta_sharded, kimi_ckpt_engine, mooncake, naive, nccl, nixl"
+
+
+def test_a_checkpoint_engine_veRL_does_not_register_is_refused_by_name(base_1x8):
+    from verl.checkpoint_engine import CheckpointEngineRegistry
+
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, BACKEND, "gloo")
+    assert refusal_of(config) == (
+        f"{V1_HEAD}{BACKEND}=gloo is no checkpoint engine veRL registers ({ENGINES}; "
+        f"checkpoint_engine/base.py:93-98). To launch it, set: {BACKEND}=naive."
+    )
+    with pytest.raises(ValueError, match="Checkpoint engine gloo not registered"):
+        CheckpointEngineRegistry.get("gloo")
+    OmegaConf.update(config, "trainer.v1.trainer_mode", "separate_async")
+    OmegaConf.update(config, "actor_rollout_ref.rollout.nnodes", 1)
+    assert refusal_of(config).endswith(f"To launch it, set: {BACKEND}=nccl.")  # naive is refused there
+    OmegaConf.update(config, BACKEND.replace("backend", "custom_backend_module"), "my.engines")
+    check_config(copy.deepcopy(config))  # a module of one's own may register it: left to veRL
+
+
+def test_the_checkpoint_engines_read_from_veRLs_source_are_those_its_registry_holds():
+    """Read without importing: every engine veRL's registry holds here (the others need cupy, nixl...)
+    is among them, and the CPU backend adds its own, under the name the launch checks know."""
+    from verl.checkpoint_engine import CheckpointEngineRegistry
+
+    from coba_verl.cpu import CHECKPOINT_ENGINE_BACKEND
+    from coba_verl.verl_plugin.launch.trainer_start import CPU_CHECKPOINT_ENGINE
+    from coba_verl.verl_plugin.launch.verl_code import verl_registrations
+
+    names = verl_registrations("checkpoint_engine", "CheckpointEngineRegistry")
+    assert ", ".join(names) == ENGINES
+    assert set(CheckpointEngineRegistry._registry) - {CPU_CHECKPOINT_ENGINE} <= set(names)
+    assert CPU_CHECKPOINT_ENGINE == CHECKPOINT_ENGINE_BACKEND
+
+
+def test_the_cpu_backends_checkpoint_engine_passes_and_others_are_named(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba_cpu.enable", True, force_add=True)
+    OmegaConf.update(config, BACKEND, "ray_object_store")
+    check_config(copy.deepcopy(config))
+    OmegaConf.update(config, BACKEND, "gloo")
+    assert f"({ENGINES}, ray_object_store; checkpoint_engine/base.py:93-98)" in refusal_of(config)
+
+
+def test_disaggregation_with_a_rollout_veRL_cannot_split_is_refused_as_its_rollout_config_stops(base_1x8):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "hf")
+    OmegaConf.update(config, f"{DISAGG}.enabled", True)
+    assert refusal_of(config) == (
+        f"{V1_HEAD}{DISAGG}.enabled=true needs actor_rollout_ref.rollout.name in sglang, vllm, not hf "
+        f"(workers/config/rollout.py:341-344). To launch it, set: {DISAGG}.enabled=false."
+    )
+    with pytest.raises(InstantiationException, match=r"disaggregation.enabled=True requires rollout.name in"):
+        omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+
+
+def _rollout_servers(config, devices):
+    """The rollout servers veRL's LLMServerManager starts on ``devices`` training devices (None: the
+    standalone pool), counted without starting one."""
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    class Manager(LLMServerManager):
+        rollout_replica_class = staticmethod(
+            lambda **kwargs: SimpleNamespace(
+                _server_handle=None, _server_address=None, init_hybrid=_nothing, init_standalone=_nothing
+            )
+        )
+
+    group = None if devices is None else SimpleNamespace(world_size=devices)
+    manager = Manager(config=config, worker_group=group)
+    asyncio.run(manager._initialize_llm_servers())
+    return len(manager.rollout_replicas)
+
+
+async def _nothing(*args):
+    return None
+
+
+def test_training_devices_smaller_than_a_disaggregated_engine_are_refused_as_veRL_starts_no_server(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "vllm")
+    OmegaConf.update(config, f"{DISAGG}.enabled", True)
+    assert _rollout_servers(config, 8) == 2  # (2 + 2) devices an engine under tensor parallel 2
+    OmegaConf.update(config, f"{DISAGG}.prefill_replicas", 4)
+    assert refusal_of(config) == (
+        f"{V1_HEAD}trainer.nnodes=1 x trainer.n_gpus_per_node=8 devices hold no rollout engine of 10 "
+        "(disaggregated: (tensor parallel 2 x prefill_replicas 4 + decode tensor parallel 2 x "
+        "decode_replicas 1) x data 1 x pipeline 1), so veRL would start no rollout server on them "
+        f"(llm_server.py:434-460). To launch it, set: {DISAGG}.enabled=false."
+    )
+    assert _rollout_servers(config, 8) == 0
+
+
+def test_a_standalone_pool_smaller_than_a_disaggregated_engine_is_refused(separate_1x8):
+    """Under disaggregation an engine is (tensor parallel x prefill_replicas + decode tensor parallel x
+    decode_replicas) x data x pipeline parallel devices (llm_server.py:441-454), not 1."""
+    config = copy.deepcopy(separate_1x8)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.name", "vllm")
+    OmegaConf.update(config, f"{DISAGG}.enabled", True)
+    OmegaConf.update(config, "actor_rollout_ref.rollout.n_gpus_per_node", 3)
+    assert refusal_of(config) == (
+        "trainer.v1.trainer_mode=separate_async cannot start with this config; veRL would stop inside Ray, "
+        "after Ray and TransferQueue have started: actor_rollout_ref.rollout.nnodes=1 x n_gpus_per_node=3: "
+        "separate_async generates on a standalone rollout pool of that many devices besides the trainer's "
+        "trainer.nnodes x trainer.n_gpus_per_node (trainer_separate_async.py:64-67), of at least one rollout "
+        "engine of 4 (disaggregated: (tensor parallel 2 x prefill_replicas 1 + decode tensor parallel 2 x "
+        "decode_replicas 1) x data 1 x pipeline 1; llm_server.py:434-460). To launch it, set: "
+        "actor_rollout_ref.rollout.n_gpus_per_node=4."
+    )
+    assert _rollout_servers(config, None) == 0
+    OmegaConf.update(config, "actor_rollout_ref.rollout.n_gpus_per_node", 4)
+    check_config(copy.deepcopy(config))
+    assert _rollout_servers(config, None) == 1

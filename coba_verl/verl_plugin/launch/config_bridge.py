@@ -7,8 +7,8 @@ Its notes (the UserWarning of a knob the strategy ignores, the INFO line on ``lo
 said by the first check of a config only: it marks the config (`CHECKED_KEY`), which travels to
 veRL's TaskRunner with it, and a marked config is checked in silence.
 
-The asynchronous V1 modes are checked for what veRL's own trainers would stop on once Ray and
-TransferQueue run (`check_async_start`): the conditions of veRL 0.9.1's code, each checked while
+Every trainer (the three V1 modes and the classic one) is checked for what veRL's own code would
+stop on once Ray runs (`check_verl_start`): the conditions of veRL 0.9.1's code, each checked while
 that code's source digest is 0.9.1's (`VERL_START_CODE`), and left to veRL otherwise.
 """
 
@@ -26,7 +26,7 @@ from coba_verl.core.config import CobaConfig
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.launch.verl_start import check_async_start
+from coba_verl.verl_plugin.launch.verl_start import check_verl_start
 from coba_verl.verl_plugin.verl_names import COBA_MODES, coba_mode
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def check_config(config: DictConfig) -> CobaConfig:
     Raises:
         ValueError: a V1 trainer mode coba-verl does not support; ``trainer.v1.sync.parameter_sync_step
             > 1``; an asynchronous mode's settings that veRL would stop on inside Ray, or SGLang there
-            (`check_async_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal``
+            (`check_verl_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal``
             with a ``loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size
             * rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
@@ -108,7 +108,8 @@ def _refusals(config: DictConfig) -> CobaConfig:
     cfg = coba_config_from(config)
     if config.trainer.use_v1:
         check_v1_mode(config)
-        check_async_start(config)
+    check_verl_start(config)
+    if config.trainer.use_v1:
         check_v1_sessions_differ(config)
     check_budget_unit(config, cfg)
     estimator = str(config.algorithm.adv_estimator)

@@ -1,7 +1,7 @@
 """``separate_async``'s start-up conditions in veRL 0.9.1: its pools, local updates and hybrid switch.
 
 `separate_async_unfit` lists what ``PPOTrainerSeparateAsync`` and the code it starts would stop on,
-for `coba_verl.verl_plugin.launch.verl_start.check_async_start`, each rule checked while its veRL
+for `coba_verl.verl_plugin.launch.verl_start.check_verl_start`, each rule checked while its veRL
 code is 0.9.1's (`verl_code_is_known`).
 """
 
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from coba_verl.verl_plugin.launch.trainer_start import rollout_engine
 from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
 
 #: ``actor.strategy`` values whose weights veRL's ``DetachActorWorker`` can snapshot to host memory
 #: for the old policy of ``separate_async``'s local updates (``engine_workers.py:86-108``).
 SNAPSHOT_STRATEGIES = ("fsdp", "fsdp2", "veomni", "megatron")
 
+
 def separate_async_unfit(config: DictConfig) -> list[Unfit]:
-    """What ``PPOTrainerSeparateAsync`` and the code it starts would stop on (`check_async_start`).
+    """What ``PPOTrainerSeparateAsync`` and the code it starts would stop on (`check_verl_start`).
 
     On the CPU backend (``coba_cpu.enable``) the checkpoint engine and the pool's engine size are
     the launcher's (`coba_verl.cpu.launcher.standalone_rollout_slots`: ``naive`` becomes its
@@ -27,7 +29,7 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
     rollout = config.actor_rollout_ref.rollout
     if verl_code_is_known("separate_async"):
         unfit += _sync_step_unfit(config)
-        unfit += _pool_unfit(config, engine_size=1 if on_cpu else _engine_size(config))
+        unfit += _pool_unfit(config, on_cpu)
         backend = OmegaConf.select(rollout, "checkpoint_engine.backend")
         if backend == "naive" and not on_cpu:
             unfit.append(
@@ -73,8 +75,8 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
             Unfit(
                 f"actor_rollout_ref.actor.strategy={strategy} cannot keep the old policy of the local "
                 "updates in host memory: veRL's DetachActorWorker does it for "
-                f"{', '.join(SNAPSHOT_STRATEGIES)} only, and fails at the second local update "
-                "(engine_workers.py:86-108)",
+                f"{', '.join(SNAPSHOT_STRATEGIES)} only, and fails at the first local update, as it saves "
+                "the old policy (engine_workers.py:86-108, trainer_separate_async.py:202-203)",
                 ("actor_rollout_ref.actor.strategy=fsdp2",),
             )
         )
@@ -106,26 +108,16 @@ def _sync_step_unfit(config: DictConfig) -> list[Unfit]:
     return [Unfit(reason, (fits[0],) if fits else (f"{step_key}=1", f"{mini_key}={m}"))]
 
 
-def _engine_size(config: DictConfig) -> int:
-    """GPUs of one rollout engine: tensor x data x pipeline parallel sizes (``llm_server.py:436-440``);
-    1 with disaggregated prefill and decode, whose size veRL computes otherwise."""
-    rollout = config.actor_rollout_ref.rollout
-    if bool(OmegaConf.select(rollout, "disaggregation.enabled", default=False)):
-        return 1
-    sizes = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
-    size = 1
-    for key in sizes:
-        size *= int(OmegaConf.select(rollout, key, default=1) or 1)
-    return size
-
-
-def _pool_unfit(config: DictConfig, engine_size: int) -> list[Unfit]:
+def _pool_unfit(config: DictConfig, on_cpu: bool) -> list[Unfit]:
     """A standalone rollout pool, ``rollout.nnodes x rollout.n_gpus_per_node`` devices besides the
     trainer's (``trainer_separate_async.py:64-67``), of at least one rollout engine: veRL starts
-    pool // engine_size engines (``llm_server.py:455-460``), none in a smaller pool."""
+    pool // engine engines (`rollout_engine`: ``llm_server.py:434-460``, disaggregated prefill and
+    decode counted), none in a smaller pool. On the CPU backend one ``hf`` server a slot."""
     rollout = config.actor_rollout_ref.rollout
     nodes, per_node = int(rollout.nnodes), int(rollout.n_gpus_per_node)
-    need = engine_size if verl_code_is_known("standalone_pool") else 1
+    need, how = rollout_engine(config)
+    if on_cpu or not verl_code_is_known("standalone_pool"):
+        need = 1
     if nodes > 0 and per_node > 0 and nodes * per_node >= need:
         return []
     fix_nodes = max(nodes, 1)
@@ -141,10 +133,7 @@ def _pool_unfit(config: DictConfig, engine_size: int) -> list[Unfit]:
         "trainer.n_gpus_per_node (trainer_separate_async.py:64-67)"
     )
     if need > 1:
-        reason += (
-            f", of at least one rollout engine of {need} (tensor x data x pipeline parallel size; "
-            "llm_server.py:455-460)"
-        )
+        reason += f", of at least one rollout engine of {need} ({how}; llm_server.py:434-460)"
     return [Unfit(reason, fix)]
 
 
@@ -169,4 +158,3 @@ def _switch_unfit(config: DictConfig) -> list[Unfit]:
             )
         )
     return unfit
-

@@ -1,10 +1,10 @@
 """The veRL 0.9.1 code whose start-up conditions coba-verl checks before Ray, and its source digests.
 
 A launch check that states one of veRL's own conditions (`coba_verl.verl_plugin.launch.verl_start`,
-`coba_verl.verl_plugin.launch.separate_async_start`) applies it only while the veRL code stating it
-is veRL 0.9.1's: `verl_code_is_known` compares the sha256 of that code's source, read with `ast`
-without importing veRL, with `VERL_START_CODE`. A changed one is left to veRL, which then stops
-inside Ray, and a WARNING names the code.
+`coba_verl.verl_plugin.launch.separate_async_start`, `coba_verl.verl_plugin.launch.trainer_start`)
+applies it only while the veRL code stating it is veRL 0.9.1's: `verl_code_is_known` compares the
+sha256 of that code's source, read with `ast` without importing veRL, with `VERL_START_CODE`. A
+changed one is left to veRL, which then stops inside Ray, and a WARNING names the code.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ logger = logging.getLogger(__name__)
 
 
 class VerlCode(NamedTuple):
-    """A piece of veRL's code that a rule of `check_async_start` states before Ray."""
+    """A piece of veRL's code that a rule of `check_verl_start` states before Ray."""
 
     path: str  # under the installed ``verl`` package
     qualname: str  # ``Class.method``
     sha256: str  # of its source in veRL 0.9.1 (`verl_source_sha256`)
 
 
-#: The veRL 0.9.1 code whose start-up conditions `check_async_start` checks before Ray, by rule. A
+#: The veRL 0.9.1 code whose start-up conditions `check_verl_start` checks before Ray, by rule. A
 #: rule is checked only while its code is veRL 0.9.1's (the source digest); otherwise it is left to
 #: veRL, which then stops inside Ray, and a WARNING names the code that changed.
 VERL_START_CODE: dict[str, VerlCode] = {
@@ -51,7 +51,48 @@ VERL_START_CODE: dict[str, VerlCode] = {
     "local_updates": VerlCode("trainer/ppo/v1/trainer_base.py", "PPOTrainer.step",
         "f96e3dddcd7a58356d006b8ae5bf2f13522746be4596888730c17efeff4692d5",
     ),
+    # the rollout pool on the training devices: the same code as the standalone pool's
+    "hybrid_pool": VerlCode(
+        "workers/rollout/llm_server.py", "LLMServerManager._initialize_llm_servers",
+        "4705b15549e8ee234121ee10b0fb1eddff01047ff699b7d34937ba4dc3068335",
+    ),
+    "reward_pool": VerlCode(
+        "trainer/ppo/v1/trainer_base.py", "PPOTrainer._init_resource_pool_mgr",
+        "b55a978004914e85848b2b35655c5d922514bd9733592bbb34420a97f465f13e",
+    ),
+    "reward_pool_classic": VerlCode(
+        "trainer/main_ppo_v0.py", "BaseTaskRunner.init_resource_pool_mgr",
+        "40b3b83c968d7bc3749c748dd380f7298a7c2c01d5e9248da60f90094deabb44",
+    ),
+    "replay_buffer": VerlCode(
+        "trainer/ppo/v1/trainer_base.py", "PPOTrainer._build_replay_buffer",
+        "6f86000f22fb51616310f1db5c0d6102622ac3351af6c1fcfaf3abaa3f8cfa59",
+    ),
+    "filter_groups": VerlCode(
+        "trainer/ppo/v1/trainer_base.py", "PPOTrainer._resolve_filter_groups_metric",
+        "e2a75e160b309ce8263905dd84db05f19a0f8023bb31494713e7d42f439e112b",
+    ),
+    "off_policy": VerlCode(
+        "trainer/ppo/v1/replay_buffer.py", "ReplayBuffer.__init__",
+        "9c5830425e298eaa815efbb31040ffcff878fdc7c447e7cb82389839c242124a",
+    ),
+    "checkpoint_engine": VerlCode(
+        "checkpoint_engine/base.py", "CheckpointEngineRegistry.get",
+        "79b3206ee5b22036cedf6904d4a1cda13d64e87d41a0208f5ded25a994f901ae",
+    ),
+    "disaggregated_rollout": VerlCode(
+        "workers/config/rollout.py", "RolloutConfig.__post_init__",
+        "6015c0fb557f095291da3de0b9ef4293e8a8cf3bcca4cc3f65434362f05a2900",
+    ),
 }  # fmt: skip
+
+
+def _verl_folder() -> Path | None:
+    """The installed ``verl`` package's folder (found, not imported), None without veRL."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @functools.cache
@@ -59,11 +100,11 @@ def verl_source_sha256(path: str, qualname: str) -> str | None:
     """sha256 of the source text of ``qualname`` in the installed veRL's ``path``; None where it is
     not found. Read with `ast`, without importing veRL: the driver checks before veRL picks its
     platform (`coba_verl.cpu.launcher.prepare_cpu_run` sets it)."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
+    folder = _verl_folder()
+    if folder is None:
         return None
     try:
-        source = (Path(next(iter(spec.submodule_search_locations))) / path).read_text(encoding="utf-8")
+        source = (folder / path).read_text(encoding="utf-8")
     except OSError:
         return None
     node: ast.AST | None = ast.parse(source)
@@ -75,6 +116,29 @@ def verl_source_sha256(path: str, qualname: str) -> str | None:
             return None
     segment = ast.get_source_segment(source, node)
     return hashlib.sha256(segment.encode()).hexdigest() if segment else None
+
+
+@functools.cache
+def verl_registrations(folder: str, registry: str) -> tuple[str, ...]:
+    """The names the installed veRL's modules under ``folder`` give classes with the decorator
+    ``@<registry>.register("<name>")``, sorted. Read with `ast`, nothing imported: veRL imports each
+    checkpoint engine only where its library is (cupy, nixl, mooncake...), so its registry at run time
+    holds those of them that import there."""
+    root = _verl_folder()
+    names: set[str] = set()
+    for path in sorted((root / folder).rglob("*.py")) if root is not None else ():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for decorator in getattr(node, "decorator_list", ()) if isinstance(node, ast.ClassDef) else ():
+                call = decorator if isinstance(decorator, ast.Call) else None
+                func = call.func if call is not None else None
+                if (
+                    isinstance(func, ast.Attribute) and func.attr == "register"
+                    and isinstance(func.value, ast.Name) and func.value.id == registry
+                    and call.args and isinstance(call.args[0], ast.Constant)
+                    and isinstance(call.args[0].value, str)
+                ):  # fmt: skip
+                    names.add(call.args[0].value)
+    return tuple(sorted(names))
 
 
 def verl_code_is_known(rule: str) -> bool:

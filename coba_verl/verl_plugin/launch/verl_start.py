@@ -1,10 +1,12 @@
-"""veRL's own start-up conditions of the asynchronous V1 trainers, checked before Ray.
+"""veRL's own start-up conditions of its trainers, checked before Ray.
 
-`check_async_start` refuses, in one line before Ray and TransferQueue start, what veRL 0.9.1's
-``colocate_async`` and ``separate_async`` trainers would stop on inside Ray. Each rule is checked
-only while the veRL code that states it is 0.9.1's (its source digest in `VERL_START_CODE`); a
-changed one is left to veRL, with a WARNING naming the code. ``separate_async``'s own rules (its
-pools, local updates and hybrid switch) are in `coba_verl.verl_plugin.launch.separate_async_start`.
+`check_verl_start` refuses, in one line before Ray (and TransferQueue) start, what veRL 0.9.1's
+trainers would stop on inside Ray: the conditions every trainer meets
+(`coba_verl.verl_plugin.launch.trainer_start`), those of the ``colocate_async`` and
+``separate_async`` trainers (here), and ``separate_async``'s own (its pools, local updates and
+hybrid switch: `coba_verl.verl_plugin.launch.separate_async_start`). Each rule is checked only while
+the veRL code that states it is 0.9.1's (its source digest in `VERL_START_CODE`); a changed one is
+left to veRL, with a WARNING naming the code.
 """
 
 from __future__ import annotations
@@ -13,15 +15,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.launch.separate_async_start import separate_async_unfit
+from coba_verl.verl_plugin.launch.trainer_start import trainer_start_unfit
 from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
 from coba_verl.verl_plugin.verl_names import ASYNC_MODES, verl_mode
 
 
-def check_async_start(config: DictConfig) -> None:
-    """Refuse, before Ray, what veRL's asynchronous V1 trainers stop on once Ray and TransferQueue run.
+def check_verl_start(config: DictConfig) -> None:
+    """Refuse, before Ray, what veRL's trainer for ``config`` stops on once Ray (and TransferQueue) run.
 
-    ``colocate_async`` and ``separate_async`` (veRL 0.9.1 line numbers; each rule checked while its
-    code is 0.9.1's, `VERL_START_CODE`):
+    Every trainer (`trainer_start_unfit`, veRL 0.9.1 line numbers): a reward model in its own pool of
+    ``reward.reward_model.nnodes x n_gpus_per_node`` devices, both above 0 (``trainer_base.py:823-827``,
+    ``main_ppo_v0.py:75-79``); a checkpoint engine veRL registers (``checkpoint_engine/base.py:93-98``);
+    disaggregated prefill and decode with SGLang or vLLM only (``rollout.py:341-344``); V1: DAPO's
+    ``algorithm.filter_groups.metric`` set and no colocated reward model with it
+    (``trainer_base.py:194-204``), ``trainer.v1.sampler.max_off_policy_threshold`` a positive integer
+    or null and ``max_off_policy_strategy`` drop or wait (``replay_buffer.py:165-177``), training
+    devices that hold one rollout engine (``llm_server.py:434-460``).
+
+    ``colocate_async`` and ``separate_async``:
 
     - the rollout engine: SGLang is refused (`check_async_rollout_engine`);
     - ``trainer.v1.<mode>.parameter_sync_step`` must divide ``data.train_batch_size``
@@ -30,7 +41,7 @@ def check_async_start(config: DictConfig) -> None:
       ppo_mini_batch_size, a standalone rollout pool, a checkpoint engine other than ``naive``, a
       reward model in its own pool, no hybrid switch with disaggregated rollout
       (``trainer_separate_async.py:56-104``), veRL's switch settings
-      (``config.py:85-89``), a pool of at least one rollout engine (``llm_server.py:455-460``), an
+      (``config.py:85-89``), a pool of at least one rollout engine (``llm_server.py:434-460``), an
       actor strategy whose old policy can be kept (``engine_workers.py:86-108``).
 
     All that is unfit is named in one refusal, with overrides that fit.
@@ -38,20 +49,26 @@ def check_async_start(config: DictConfig) -> None:
     Raises:
         CobaRefusal: naming each setting, its value and the value that fits.
     """
-    mode = verl_mode(str(config.trainer.v1.trainer_mode))
-    if mode not in ASYNC_MODES:
-        return
-    check_async_rollout_engine(config, mode)
-    unfit = local_updates_unfit(config, mode)
-    if mode == "separate_async":
-        unfit += separate_async_unfit(config)
+    unfit: list[Unfit] = []
+    if config.trainer.use_v1:
+        mode = verl_mode(str(config.trainer.v1.trainer_mode))
+        where = f"trainer.v1.trainer_mode={mode}"
+        started = "Ray and TransferQueue have"
+        if mode in ASYNC_MODES:
+            check_async_rollout_engine(config, mode)
+            unfit += local_updates_unfit(config, mode)
+            if mode == "separate_async":
+                unfit += separate_async_unfit(config)
+    else:
+        where, started = "the classic trainer (trainer.use_v1=false)", "Ray has"
+    unfit += trainer_start_unfit(config)
     if unfit:
+        fixes = dict.fromkeys(f for u in unfit for f in u.fix)  # in order, each once
         raise CobaRefusal(
-            f"trainer.v1.trainer_mode={mode} cannot start with this config; veRL would stop inside Ray, "
-            "after Ray and TransferQueue have started: "
+            f"{where} cannot start with this config; veRL would stop inside Ray, after {started} started: "
             + "; ".join(u.reason for u in unfit)
             + ". To launch it, set: "
-            + " ".join(f for u in unfit for f in u.fix)
+            + " ".join(fixes)
             + "."
         )
 
@@ -103,4 +120,3 @@ def local_updates_unfit(config: DictConfig, mode: str) -> list[Unfit]:
             (f"trainer.v1.{mode}.parameter_sync_step={_largest_divisor_up_to(m, k)}",),
         )
     ]
-
