@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from tiny_runs import mean_held_out, print_side_by_side, run_seeded
 
-from coba_verl.cpu.rollout import DECODE_PACE_ENV, FAIL_RATE_ENV
+from coba_verl.cpu.hf_env import DECODE_PACE_ENV, FAIL_RATE_ENV
 
 STRATEGIES = ("uniform", "coba")
 #: veRL's metric of how many weight versions the longest trained answer was written under

@@ -6,7 +6,7 @@ on a Ray actor that a `RolloutReplica` launched. vLLM and SGLang do not install 
 on a CPU-only machine, so the ``hf`` rollout provides the three pieces veRL asks of a rollout
 engine, registered under the name ``hf`` (``actor_rollout_ref.rollout.name=hf``, see
 `registration`); this module holds the two veRL places by name (``coba_verl.cpu.rollout.HFReplica``,
-``coba_verl.cpu.rollout.HFServerAdapter``) and re-exports the rest:
+``coba_verl.cpu.rollout.HFServerAdapter``); the server and its sampling have modules of their own:
 
 `HFReplica`        ``RolloutReplica``: launches one `HFServer` actor per replica (hybrid mode:
                    the replica's trainer workers hold the weights, the server holds a copy;
@@ -38,22 +38,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from coba_verl.cpu.hf_env import (
-    DECODE_PACE_ENV,
-    FAIL_RATE_ENV,
-    REQUEST_LOG_ENV,
-    decode_pace,
-    fail_rate,
-    injected_failure,
-)
-from coba_verl.cpu.hf_sampling import filter_logits, replica_seed, request_seed, sample_batch
-from coba_verl.cpu.hf_server import SLEEP_TAGS, HFServer
-
-__all__ = [  # the names this module held before `hf_env`, `hf_sampling` and `hf_server` took them
-    "DECODE_PACE_ENV", "FAIL_RATE_ENV", "REQUEST_LOG_ENV", "SLEEP_TAGS", "HFReplica", "HFServer",
-    "HFServerAdapter", "decode_pace", "fail_rate", "filter_logits", "injected_failure", "replica_seed",
-    "request_seed", "sample_batch", "server_name",
-]  # fmt: skip
+from coba_verl.cpu.hf_server import HFServer
 
 
 def server_name(replica_rank: int) -> str:

@@ -35,10 +35,13 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from coba_verl.lab.composition import PASS_BINS, pass_histogram
 from coba_verl.lab.config import LabConfig
+from coba_verl.lab.evaluation import evaluate
 from coba_verl.lab.plots import write_plots
 from coba_verl.lab.report import format_summary, regime, summarise
-from coba_verl.lab.runner import PASS_BINS, evaluate, new_model, pass_histogram, prepare_seed, train_run
+from coba_verl.lab.runner import train_run
+from coba_verl.lab.seeds import new_model, prepare_seed
 
 __all__ = ["LabOutcome", "RunFolder", "run_lab", "read_metrics"]
 

@@ -32,8 +32,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from coba_verl.lab.composition import PASS_BINS  # noqa: E402
 from coba_verl.lab.report import t_interval  # noqa: E402
-from coba_verl.lab.runner import PASS_BINS  # noqa: E402
 
 __all__ = ["PLOT_FILES", "figures", "write_plots"]
 

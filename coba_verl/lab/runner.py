@@ -31,31 +31,17 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from coba_verl.arithmetic.outcomes import sample_responses, trim_padding
-from coba_verl.arithmetic.task import Split, score_batch
-from coba_verl.arithmetic.tokenizer import PAD, build_tokenizer, decode_responses, encode_prompts
+from coba_verl.arithmetic.task import score_batch
+from coba_verl.arithmetic.tokenizer import PAD, decode_responses
 from coba_verl.core import BudgetAllocator
-from coba_verl.lab.composition import PASS_BINS, batch_composition, pass_histogram
+from coba_verl.lab.composition import batch_composition, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step
-from coba_verl.lab.evaluation import EvalResult, evaluate, measure_priors, sampling_generator, seed_priors
+from coba_verl.lab.evaluation import evaluate, sampling_generator, seed_priors
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
-from coba_verl.lab.seeds import (
-    SeedContext,
-    build_context,
-    new_model,
-    prepare_seed,
-    prompt_order,
-    prompt_stream,
-)
+from coba_verl.lab.seeds import SeedContext, new_model, prompt_stream
 
-__all__ = [
-    "SeedContext", "EvalResult", "PASS_BINS", "build_context", "prepare_seed", "evaluate", "train_run",
-    "StepSink", "measure_priors",
-    # held here before `seeds`, `evaluation` and `composition` took them (and read from here by
-    # `experiment`, `plots` and the lab's tests, with the arithmetic names the tests build with)
-    "new_model", "prompt_order", "prompt_stream", "pass_histogram", "batch_composition", "Split",
-    "build_tokenizer", "encode_prompts",
-]  # fmt: skip
+__all__ = ["StepSink", "train_run"]
 
 StepSink = Callable[[dict[str, Any]], None]
 """Receives one metrics row per step (and the step-0 evaluation row)."""

@@ -453,7 +453,7 @@ def layout_run(tiny: Path, out: Path, *overrides: str) -> SimpleNamespace:
     0.5 and every other's 0, so the round holding it gives it B_up = 64 (the others 4 or 5)."""
     import pyarrow.parquet as pq
 
-    from coba_verl.cpu.rollout import REQUEST_LOG_ENV
+    from coba_verl.cpu.hf_env import REQUEST_LOG_ENV
 
     indices = [row["index"] for row in pq.read_table(tiny / "train.parquet").column("extra_info").to_pylist()]
     priors = out / "priors.jsonl"
@@ -568,7 +568,7 @@ def colocate_async_run(tiny, tmp_path_factory):
     """veRL's colocate_async trainer with the hf server's partial rollout, 4 steps (3 and 4 with
     budgets from history), one warm-up batch, answers of up to 16 tokens decoded 16 at a time at
     `DECODE_PACE_S` a token; every request and abort in the request log."""
-    from coba_verl.cpu.rollout import DECODE_PACE_ENV, REQUEST_LOG_ENV
+    from coba_verl.cpu.hf_env import DECODE_PACE_ENV, REQUEST_LOG_ENV
 
     out = tmp_path_factory.mktemp("colocate-async")
     steps = train(
@@ -824,7 +824,7 @@ def run_and_kill(tiny: Path, out: Path, point: str, *overrides: str, timeout: fl
     every process the run had started, in its session or not, to be gone."""
     import psutil
 
-    from coba_verl.cpu.rollout import REQUEST_LOG_ENV
+    from coba_verl.cpu.hf_env import REQUEST_LOG_ENV
 
     logs, ckpt = out / "requests", out / "ckpt"
     logs.mkdir()
@@ -889,7 +889,7 @@ def test_a_run_killed_mid_step_resumes_from_its_last_whole_checkpoint_with_the_s
     step 3 gives every prompt the budget the killed run had given it (from the hf server's
     request logs of both launches). An uninterrupted launch is no reference: two launches of one
     run differ from step 2 on (docs/verl.md, "Two launches of one run")."""
-    from coba_verl.cpu.rollout import REQUEST_LOG_ENV
+    from coba_verl.cpu.hf_env import REQUEST_LOG_ENV
 
     (tmp_path / "killed").mkdir(), (tmp_path / "resumed" / "requests").mkdir(parents=True)
     overrides = (*KILL_RUN, *KILL_POINT_RUN.get(point, ()), *dapo)

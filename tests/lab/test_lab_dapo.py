@@ -10,9 +10,11 @@ import pytest
 
 from coba_verl.core import BudgetAllocator, CobaConfig
 from coba_verl.lab import runner
+from coba_verl.lab.composition import batch_composition
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step, has_spread
-from coba_verl.lab.runner import prompt_order, prompt_stream, train_run
+from coba_verl.lab.runner import train_run
+from coba_verl.lab.seeds import prompt_order, prompt_stream
 from tests.lab.test_lab_grpo import TINY, _constant_task_context
 
 N_PROMPTS = 60
@@ -296,7 +298,7 @@ def test_batch_composition_counts_groups_sizes_and_advantage_mass() -> None:
     # A = 1.5, -0.5 x 3; group 2: [0, 0] -> no spread, mass 0
     index = np.array([0, 0, 1, 1, 1, 1, 2, 2])
     scores = np.array([1, 0, 1, 0, 0, 0, 0, 0], np.float64)
-    out = runner.batch_composition(
+    out = batch_composition(
         index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "proportional"
     )
     m0, m1 = 2 / np.sqrt(2), 1.5 + 3 * 0.5
@@ -306,6 +308,6 @@ def test_batch_composition_counts_groups_sizes_and_advantage_mass() -> None:
     assert out["trained_top_mass"] == pytest.approx(m1 / (m0 + m1), rel=1e-5)
     assert out["trained_pass_hist"] == [1, 0, 1, 1, 0, 0] and out["trained_age_mean"] == 1.0
     # equal group weight: rollout factors (R / G) / B_g = (8/3)/2 and (8/3)/4
-    eq = runner.batch_composition(index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "equal")
+    eq = batch_composition(index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "equal")
     w0, w1 = m0 * (8 / 3) / 2, m1 * (8 / 3) / 4
     assert eq["trained_top_mass"] == pytest.approx(max(w0, w1) / (w0 + w1), rel=1e-5)

@@ -8,20 +8,23 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
+from coba_verl.arithmetic.task import Split
+from coba_verl.arithmetic.tokenizer import build_tokenizer, encode_prompts
 from coba_verl.core.group_weight import rollout_weights
 from coba_verl.lab import runner
 from coba_verl.lab.config import LabConfig, RunSpec, parse_run_label
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
+from coba_verl.lab.seeds import build_context, new_model
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 0}
 
 
 def _batch(index: list[int], scores: list[float]) -> RolloutBatch:
-    tok = runner.build_tokenizer()
+    tok = build_tokenizer()
     n = len(index)
-    p_ids, p_mask = runner.encode_prompts(tok, ["1+2="] * n)
+    p_ids, p_mask = encode_prompts(tok, ["1+2="] * n)
     digits = [str(d % 10) for d in range(n)]
-    r_ids, r_mask = runner.encode_prompts(tok, digits)  # one token per response, left-padded: fine
+    r_ids, r_mask = encode_prompts(tok, digits)  # one token per response, left-padded: fine
     return RolloutBatch(
         p_ids, p_mask, r_ids, r_mask, np.asarray(scores, dtype=np.float32), np.asarray(index, dtype=np.int64)
     )
@@ -38,7 +41,7 @@ def _update(batch: RolloutBatch, group_weight: str | None, monkeypatch: pytest.M
 
     monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "lab_gw_rec", recording)
     cfg = LabConfig(**TINY)
-    model = runner.new_model(cfg, runner.build_tokenizer(), 0)
+    model = new_model(cfg, build_tokenizer(), 0)
     actor = make_actor_config(
         rollout_n=4, mini_batch_size=len(batch.scores), clip_ratio_low=0.2, clip_ratio_high=0.28,
         loss_mode="lab_gw_rec",
@@ -115,9 +118,9 @@ def test_uniform_equal_run_repeats_uniform_exactly(monkeypatch: pytest.MonkeyPat
         rollouts_per_prompt=4, eval_every=3, eval_samples=1, lr=1e-2,
     )  # fmt: skip
     prompts = [f"{d}+1=" for d in range(8)]
-    split = runner.Split(prompts, [str(d + 1) for d in range(8)], np.zeros(8, dtype=np.int64))
-    state = runner.new_model(cfg, runner.build_tokenizer(), 0).state_dict()
-    ctx = runner.build_context(cfg, 0, split, split, state)
+    split = Split(prompts, [str(d + 1) for d in range(8)], np.zeros(8, dtype=np.int64))
+    state = new_model(cfg, build_tokenizer(), 0).state_dict()
+    ctx = build_context(cfg, 0, split, split, state)
     drop = {"run", "group_weight", "gen_s", "update_s", "plugin_s", "step_s"}
     rows: dict[str, list[dict]] = {}
     for label in cfg.runs:

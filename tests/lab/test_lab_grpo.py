@@ -14,6 +14,7 @@ from coba_verl.arithmetic.task import Split
 from coba_verl.arithmetic.tokenizer import build_tokenizer, encode_prompts
 from coba_verl.arithmetic.warmstart import encode_answers
 from coba_verl.lab import runner
+from coba_verl.lab.composition import PASS_BINS, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.grpo import (
     RolloutBatch,
@@ -22,7 +23,8 @@ from coba_verl.lab.grpo import (
     outcome_rewards,
     zero_gradient_groups,
 )
-from coba_verl.lab.runner import PASS_BINS, build_context, new_model, pass_histogram, train_run
+from coba_verl.lab.runner import train_run
+from coba_verl.lab.seeds import build_context, new_model
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 0}
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coba_verl.arithmetic.task import Split
+from coba_verl.arithmetic.tokenizer import build_tokenizer
 from coba_verl.lab import runner
 from coba_verl.lab.config import LabConfig, RunSpec, parse_run_label
+from coba_verl.lab.evaluation import measure_priors
+from coba_verl.lab.seeds import SeedContext, build_context, new_model
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 0}
 
@@ -29,11 +33,11 @@ def test_lab_refuses_prior_keys_of_the_frameworks_and_says_to_use_the_label(key:
         LabConfig(**TINY, coba={key: "x"})
 
 
-def _context(cfg: LabConfig) -> runner.SeedContext:
+def _context(cfg: LabConfig) -> SeedContext:
     prompts = [f"{d}+1=" for d in range(8)]
-    split = runner.Split(prompts, [str(d + 1) for d in range(8)], np.zeros(8, dtype=np.int64))
-    state = runner.new_model(cfg, runner.build_tokenizer(), 0).state_dict()
-    return runner.build_context(cfg, 0, split, split, state)
+    split = Split(prompts, [str(d + 1) for d in range(8)], np.zeros(8, dtype=np.int64))
+    state = new_model(cfg, build_tokenizer(), 0).state_dict()
+    return build_context(cfg, 0, split, split, state)
 
 
 @pytest.fixture
@@ -57,8 +61,8 @@ def test_priors_are_k_samples_of_every_training_prompt_and_do_not_move_the_runs_
     assert records.index == list(range(8))
     assert records.attempts.tolist() == [6] * 8
     assert 0 < records.successes.sum() < 48  # both outcomes occur under the parity scorer
-    again = runner.measure_priors(
-        runner.new_model(cfg, ctx.tok, 0).eval(), ctx, 6, 1.0
+    again = measure_priors(
+        new_model(cfg, ctx.tok, 0).eval(), ctx, 6, 1.0
     )  # same weights (build_context's state is seed 0's new model), same random numbers
     assert again.successes.tolist() == records.successes.tolist()
     # uniform reads no pass rate and the measurement draws its own random numbers: the same run
