@@ -32,7 +32,7 @@ from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import uniform_split
 from coba_verl.core.token_budget import fill_lengths, solve_tokens
 from coba_verl.core.tracker import CapabilityTracker, _as_int_array, scores_to_successes
-from coba_verl.core.values import CobaValue
+from coba_verl.core.values import CobaValue, no_spread_probability
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ class Allocation:
         if seen.any():
             p = self.pass_rates[seen]
             uni = uniform_split(self.budgets.size, self._total())[seen].astype(np.float64)
-            out["expected_zero_var_share"] = float(np.mean(p ** b[seen] + (1 - p) ** b[seen]))
-            out["expected_zero_var_share_uniform"] = float(np.mean(p**uni + (1 - p) ** uni))
+            out["expected_zero_var_share"] = float(np.mean(no_spread_probability(p, b[seen])))
+            out["expected_zero_var_share_uniform"] = float(np.mean(no_spread_probability(p, uni)))
         filled = fill_lengths(self.lengths) if self.lengths is not None else None
         if filled is not None:
             out["expected_tokens"] = float(np.sum(b * filled))

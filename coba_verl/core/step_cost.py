@@ -6,8 +6,9 @@ prompt under uniform GRPO, budgets B_i in [B_low, B_up] with sum_i B_i = M n per
 prompt's pass rate, L_i its mean answer length in tokens.
 
 * A group of B rollouts of a prompt with pass rate p has **no reward spread** with probability
-  q(p, B) = p^B + (1 - p)^B (all pass or all fail; `no_spread_probability`). When p is not known
-  but has a Beta(a, b) law, E[q] = prod_{j<B} (a + j)/(a + b + j) + prod_{j<B} (b + j)/(a + b + j)
+  q(p, B) = p^B + (1 - p)^B (all pass or all fail; `coba_verl.core.values.no_spread_probability`,
+  also the allocator's ``expected_zero_var_share``). When p is not known but has a Beta(a, b) law,
+  E[q] = prod_{j<B} (a + j)/(a + b + j) + prod_{j<B} (b + j)/(a + b + j)
   (`expected_no_spread`, the Beta moments E[p^B] and E[(1 - p)^B]).
 * **Without DAPO** every generated rollout is trained: generated per trained = 1 exactly, and the
   share of groups without spread is mean_i q(p_i, B_i) over a round's prompts.
@@ -47,6 +48,7 @@ from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig, check_int, invalid_pass_rates
 from coba_verl.core.metrics import histogram_edges
 from coba_verl.core.trained_budget import select_to_budget
+from coba_verl.core.values import no_spread_probability
 from coba_verl.refusal import CobaRefusal
 
 __all__ = [
@@ -57,7 +59,6 @@ __all__ = [
     "StepCost",
     "beta_binomial_fit",
     "expected_no_spread",
-    "no_spread_probability",
     "plan_step_cost",
 ]
 
@@ -69,17 +70,6 @@ EXACT_ATTEMPTS = 10**6
 MAX_ROUNDS_PER_STEP = 1000
 #: Bounds of the fitted population Beta's A and B (`beta_binomial_fit`).
 _FIT_BOUNDS = (1e-3, 1e4)
-
-
-def no_spread_probability(p: np.ndarray, budgets: np.ndarray) -> np.ndarray:
-    """q(p, B) = p^B + (1 - p)^B: the chance that B rollouts of pass rate p all score alike.
-
-    >>> no_spread_probability(np.array([0.0, 0.5, 0.1]), np.array([4, 2, 16])).round(3).tolist()
-    [1.0, 0.5, 0.185]
-    """
-    p = np.asarray(p, dtype=np.float64)
-    b = np.asarray(budgets, dtype=np.float64)
-    return p**b + (1.0 - p) ** b
 
 
 def expected_no_spread(a: np.ndarray, b: np.ndarray, budget: int) -> np.ndarray:

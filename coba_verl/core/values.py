@@ -100,3 +100,14 @@ class KnapsackValue:
 
     def gains(self, p: np.ndarray) -> KnapsackGains:
         return KnapsackGains(check_pass_rates(p))
+
+
+def no_spread_probability(p: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+    """q(p, B) = p^B + (1 - p)^B: the chance that B rollouts of pass rate p all score alike.
+
+    >>> no_spread_probability(np.array([0.0, 0.5, 0.1]), np.array([4, 2, 16])).round(3).tolist()
+    [1.0, 0.5, 0.185]
+    """
+    p = np.asarray(p, dtype=np.float64)
+    b = np.asarray(budgets, dtype=np.float64)
+    return p**b + (1.0 - p) ** b

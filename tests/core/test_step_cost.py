@@ -12,9 +12,9 @@ from coba_verl.core.step_cost import (
     Population,
     beta_binomial_fit,
     expected_no_spread,
-    no_spread_probability,
     plan_step_cost,
 )
+from coba_verl.core.values import no_spread_probability
 from coba_verl.refusal import CobaRefusal
 
 
