@@ -687,13 +687,11 @@ def test_the_checkpoint_engines_read_from_veRLs_source_are_those_its_registry_ho
     from verl.checkpoint_engine import CheckpointEngineRegistry
 
     from coba_verl.cpu import CHECKPOINT_ENGINE_BACKEND
-    from coba_verl.verl_plugin.launch.trainer_start import CPU_CHECKPOINT_ENGINE
     from coba_verl.verl_plugin.launch.verl_code import verl_registrations
 
     names = verl_registrations("checkpoint_engine", "CheckpointEngineRegistry")
     assert ", ".join(names) == ENGINES
-    assert set(CheckpointEngineRegistry._registry) - {CPU_CHECKPOINT_ENGINE} <= set(names)
-    assert CPU_CHECKPOINT_ENGINE == CHECKPOINT_ENGINE_BACKEND
+    assert set(CheckpointEngineRegistry._registry) - {CHECKPOINT_ENGINE_BACKEND} <= set(names)
 
 
 def test_the_cpu_backends_checkpoint_engine_passes_and_others_are_named(base_1x8):

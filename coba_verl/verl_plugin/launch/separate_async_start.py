@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
 
+from coba_verl.cpu.launcher import cpu_backend_enabled
 from coba_verl.verl_plugin.launch.trainer_start import rollout_engine
 from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
 
@@ -24,7 +25,7 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
     the launcher's (`coba_verl.cpu.launcher.standalone_rollout_slots`: ``naive`` becomes its
     ``ray_object_store``, one ``hf`` server a slot).
     """
-    on_cpu = bool(OmegaConf.select(config, "coba_cpu.enable", default=False))
+    on_cpu = cpu_backend_enabled(config)
     unfit: list[Unfit] = []
     rollout = config.actor_rollout_ref.rollout
     if verl_code_is_known("separate_async"):

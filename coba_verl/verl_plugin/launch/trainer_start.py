@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from coba_verl.cpu import CHECKPOINT_ENGINE_BACKEND
+from coba_verl.cpu.launcher import cpu_backend_enabled
 from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known, verl_registrations
 from coba_verl.verl_plugin.verl_names import verl_mode
 
@@ -24,9 +26,6 @@ ROLLOUT = "actor_rollout_ref.rollout"
 OFF_POLICY_STRATEGIES = ("drop", "wait")
 #: The rollouts veRL's ``RolloutConfig`` lets disaggregate prefill and decode (``rollout.py:341-344``).
 DISAGGREGATED_ROLLOUTS = ("sglang", "vllm")
-#: The checkpoint engine the CPU backend registers (`coba_verl.cpu.CHECKPOINT_ENGINE_BACKEND`, named
-#: here because the launch checks stand on no part of the CPU backend; a test holds them equal).
-CPU_CHECKPOINT_ENGINE = "ray_object_store"
 
 
 def trainer_start_unfit(config: DictConfig) -> list[Unfit]:
@@ -45,10 +44,6 @@ def shown(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return str(value) if value != "" else "''"
-
-
-def _on_cpu(config: DictConfig) -> bool:
-    return bool(OmegaConf.select(config, "coba_cpu.enable", default=False))
 
 
 def _own_pool_fix(config: DictConfig) -> tuple[str, ...]:
@@ -94,12 +89,13 @@ def checkpoint_engine_unfit(config: DictConfig) -> list[Unfit]:
         return []
     backend = engine.get("backend")
     names = verl_registrations("checkpoint_engine", "CheckpointEngineRegistry")
-    names += (CPU_CHECKPOINT_ENGINE,) if _on_cpu(config) else ()
+    names += (CHECKPOINT_ENGINE_BACKEND,) if cpu_backend_enabled(config) else ()
     if backend in names:
         return []
     mode = verl_mode(str(OmegaConf.select(config, "trainer.v1.trainer_mode", default="")))
     separate = bool(config.trainer.use_v1) and mode == "separate_async"
-    fit = "nccl" if separate and not _on_cpu(config) else "naive"  # separate_async's own rule refuses naive
+    # separate_async's own rule refuses naive on GPUs
+    fit = "nccl" if separate and not cpu_backend_enabled(config) else "naive"
     return [
         Unfit(
             f"{ROLLOUT}.checkpoint_engine.backend={shown(backend)} is no checkpoint engine veRL registers "
