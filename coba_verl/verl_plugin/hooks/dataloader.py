@@ -15,11 +15,11 @@ training; a tracker stored there would be saved as it was steps earlier. The loa
 The entry is the allocator's saved state (`coba_verl.records.saved_state`, the format the TRL and
 OpenRLHF glues keep too), with the rest of the current round of M prompts and the state of what the
 loader carries (`carry`: the replay buffer's count of random cuts, which seeds the next cut's draw)
-as its extra. Its identity
-says what the pass rates belong to (the ids, each id's prompt text as veRL's ``dataframe`` holds it,
-and the model of ``actor_rollout_ref.model.path``), so that a resume on other prompts or another model
-stops instead of attaching pass rates to the wrong problems; what the writing run could not
-fingerprint (no dataframe, no model path) is None, and the resume goes on unchecked, with a warning.
+as its extra. Its identity says what the pass rates belong to (the ids, each id's prompt text as
+veRL's ``dataframe`` holds it, and the model of ``actor_rollout_ref.model.path``), so that a resume
+on other prompts or another model stops instead of attaching pass rates to the wrong problems; what
+the writing run could not fingerprint (no dataframe, no model path) is None, and the resume goes on
+unchecked, with a warning.
 """
 
 from __future__ import annotations
@@ -177,15 +177,12 @@ class CobaDataLoader(StatefulDataLoader):
         self.round_rest: Any = None
         #: name -> object whose ``state_dict()`` travels in data.pt beside the allocator (`carry`)
         self.carried: dict[str, Any] = {}
-        #: carried states read from a checkpoint for objects not registered yet (`carry` applies them)
-        self._restored: dict[str, Any] = {}
 
     def carry(self, name: str, obj: Any) -> None:
         """Keep ``obj``'s ``state_dict()`` in this loader's checkpoint entry under ``name``, and give it
-        back through ``obj.load_state_dict`` on resume (now, if the checkpoint was already loaded)."""
+        back through ``obj.load_state_dict`` when a checkpoint is loaded; register it before that
+        (the trainer does, in ``_init_dataloader``, before veRL's ``_load_checkpoint``)."""
         self.carried[name] = obj
-        if name in self._restored:
-            obj.load_state_dict(self._restored.pop(name))
 
     @classmethod
     def wrap(
@@ -254,7 +251,7 @@ class CobaDataLoader(StatefulDataLoader):
             coba, self.allocator, self.identity, ids_name="extra_info.index", start_fresh=_START_FRESH
         )
         self.round_rest = extra["round_rest"]
-        restored = dict(extra.get("carried", {}))
+        restored = extra.get("carried", {})
         missing = sorted(set(self.carried) - set(restored))
         if missing:
             logger.warning(
@@ -265,5 +262,4 @@ class CobaDataLoader(StatefulDataLoader):
             )
         for name, obj in self.carried.items():
             if name in restored:
-                obj.load_state_dict(restored.pop(name))
-        self._restored = restored
+                obj.load_state_dict(restored[name])
