@@ -387,6 +387,11 @@ SCENARIOS["worked"] = {
     "eval_every": 15,
 }
 
+# The sizes study (docs/lab/sizes_design.md), S1 x 2: `paper` at the lab's size trained twice as
+# long (240 steps), so that F̄ ends below 0.4 in at least one setting. Fixed by the design before
+# any run; nothing else of `paper` changes.
+SCENARIOS["paper_long"] = {**SCENARIOS["paper"], "steps": 240}
+
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").
 SCENARIOS["paper_gpu"] = {
