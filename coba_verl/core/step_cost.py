@@ -48,7 +48,7 @@ from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig, check_int, invalid_pass_rates
 from coba_verl.core.metrics import histogram_edges
 from coba_verl.core.trained_budget import select_to_budget
-from coba_verl.core.values import no_spread_probability
+from coba_verl.core.values import expected_no_spread, no_spread_probability
 from coba_verl.refusal import CobaRefusal
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "Population",
     "StepCost",
     "beta_binomial_fit",
-    "expected_no_spread",
     "plan_step_cost",
 ]
 
@@ -70,18 +69,6 @@ EXACT_ATTEMPTS = 10**6
 MAX_ROUNDS_PER_STEP = 1000
 #: Bounds of the fitted population Beta's A and B (`beta_binomial_fit`).
 _FIT_BOUNDS = (1e-3, 1e4)
-
-
-def expected_no_spread(a: np.ndarray, b: np.ndarray, budget: int) -> np.ndarray:
-    """E[p^B + (1 - p)^B] for p ~ Beta(a, b): prod_{j<B} (a + j)/(a + b + j) + prod_{j<B} (b + j)/(a + b + j).
-
-    >>> float(expected_no_spread(np.array([1.0]), np.array([1.0]), 2)[0])  # Uniform(0, 1): 2 x 1/3
-    0.6666666666666666
-    """
-    a = np.asarray(a, dtype=np.float64)[..., None]
-    b = np.asarray(b, dtype=np.float64)[..., None]
-    j = np.arange(int(budget), dtype=np.float64)
-    return np.prod((a + j) / (a + b + j), axis=-1) + np.prod((b + j) / (a + b + j), axis=-1)
 
 
 def _log_likelihood(log_a: np.ndarray, log_b: np.ndarray, pairs: np.ndarray, counts: np.ndarray) -> Any:

@@ -288,13 +288,16 @@ class CapabilityTracker:
         }
 
     # ------------------------------------------------------------------ queries
-    def pass_rates(self, ids: Any) -> np.ndarray:
-        """(M,) float64 p_hat over each prompt's window; NaN for a prompt never seen ("unknown")."""
+    def window_counts(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(M,) int64 successes and (M,) int64 rollouts over each prompt's window (0, 0: never seen)."""
         ids_a = _as_int_array("ids", ids)
         self._check_ids(ids_a)
-        succ = self._succ[ids_a].sum(axis=1, dtype=np.int64)
-        roll = self._roll[ids_a].sum(axis=1, dtype=np.int64)
-        out = np.full(ids_a.size, np.nan)
+        return self._succ[ids_a].sum(axis=1, dtype=np.int64), self._roll[ids_a].sum(axis=1, dtype=np.int64)
+
+    def pass_rates(self, ids: Any) -> np.ndarray:
+        """(M,) float64 p_hat over each prompt's window; NaN for a prompt never seen ("unknown")."""
+        succ, roll = self.window_counts(ids)
+        out = np.full(succ.size, np.nan)
         np.divide(succ, roll, out=out, where=roll > 0)
         return out
 

@@ -111,3 +111,15 @@ def no_spread_probability(p: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     b = np.asarray(budgets, dtype=np.float64)
     return p**b + (1.0 - p) ** b
+
+
+def expected_no_spread(a: np.ndarray, b: np.ndarray, budget: int) -> np.ndarray:
+    """E[p^B + (1 - p)^B] for p ~ Beta(a, b): prod_{j<B} (a + j)/(a + b + j) + prod_{j<B} (b + j)/(a + b + j).
+
+    >>> float(expected_no_spread(np.array([1.0]), np.array([1.0]), 2)[0])  # Uniform(0, 1): 2 x 1/3
+    0.6666666666666666
+    """
+    a = np.asarray(a, dtype=np.float64)[..., None]
+    b = np.asarray(b, dtype=np.float64)[..., None]
+    j = np.arange(int(budget), dtype=np.float64)
+    return np.prod((a + j) / (a + b + j), axis=-1) + np.prod((b + j) / (a + b + j), axis=-1)

@@ -19,7 +19,11 @@ __all__ = ["LabConfig", "RunSpec", "SCENARIOS", "DEFAULT_SCENARIO", "parse_run_l
 #: ``token_budget``, the run's budget counts tokens (``coba.budget_unit=tokens``).
 PRIOR_OPTION = "prior"
 TOKEN_BUDGET_OPTION = "token_budget"
-RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION)
+#: Under ``dapo`` only (docs/dapo_n16_design.md, amendment 1): ``carry``, cut-away sessions and
+#: surplus groups train in the next step; ``size``, each wave generates no more than the rollouts
+#: still missing; ``skip``, GRESO's skip (`coba_verl.core.spread_skip`, threshold 0.1, explore 0.1).
+DAPO_OPTIONS = ("carry", "size", "skip")
+RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION, *DAPO_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,14 @@ class RunSpec:
     group_weight: str | None = None
     prior: bool = False
     budget_unit: str | None = None
+    dapo_options: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         name = self.strategy if self.group_weight is None else f"{self.strategy}:{self.group_weight}"
         name = f"{name}+{PRIOR_OPTION}" if self.prior else name
         name = f"{name}+{TOKEN_BUDGET_OPTION}" if self.budget_unit == "tokens" else name
+        name = "".join([name, *(f"+{o}" for o in DAPO_OPTIONS if o in self.dapo_options)])
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
 
 
@@ -76,6 +82,7 @@ def parse_run_label(label: str) -> RunSpec:
             )
     prior = PRIOR_OPTION in options
     budget_unit = "tokens" if TOKEN_BUDGET_OPTION in options else None
+    dapo_options = tuple(o for o in DAPO_OPTIONS if o in options)
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
     if strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
@@ -92,7 +99,13 @@ def parse_run_label(label: str) -> RunSpec:
             )
         group_weight = check_group_weight(weight, f"group weight in {label!r}")
     if not at:
-        return RunSpec(strategy, group_weight=group_weight, prior=prior, budget_unit=budget_unit)
+        return RunSpec(
+            strategy,
+            group_weight=group_weight,
+            prior=prior,
+            budget_unit=budget_unit,
+            dapo_options=dapo_options,
+        )
     try:
         scale = float(raw)
     except ValueError:
@@ -102,7 +115,7 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale, group_weight, prior, budget_unit)
+    return RunSpec(strategy, scale, group_weight, prior, budget_unit, dapo_options)
 
 
 @dataclass
@@ -113,7 +126,8 @@ class LabConfig:
     Args:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Run labels to train, each from the same warm start and prompt order:
-            ``strategy[:group_weight][+prior][+token_budget][@scale]``; scale multiplies the
+            ``strategy[:group_weight][+prior][+token_budget][+carry][+size][+skip][@scale]`` (the
+            last three under ``dapo`` only, `DAPO_OPTIONS`); scale multiplies the
             rollouts per step, ``:equal`` / ``:proportional`` sets ``coba.group_weight`` for that
             run only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
             pass-rate priors and ``+token_budget`` sets ``coba.budget_unit=tokens``.
@@ -271,6 +285,11 @@ class LabConfig:
             kinds = {k: type(v).__name__ for k, v in self.coba.items()}
             raise CobaRefusal(f"coba={self.coba} has a value of the wrong type ({kinds}): {err}") from None
         for spec in specs:
+            if spec.dapo_options and not self.dapo:
+                raise CobaRefusal(
+                    f"run {spec.label!r}: the options {', '.join('+' + o for o in spec.dapo_options)} "
+                    "change DAPO dynamic sampling and need dapo=true (e.g. --scenario dapo)."
+                )
             unit = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit).budget_unit
             if self.dapo and unit == "tokens":
                 raise CobaRefusal(

@@ -23,6 +23,11 @@ Every generated rollout is scored into the tracker exactly once: evicted groups 
 then the cut-away rollouts, the surplus and the trained ones. For uniform budgets (every group
 n), the rule is veRL's own group-counted one: the first M ready groups train whole.
 
+Three changes of the study docs/dapo_n16_design.md (amendment 1), each off by default: GRESO's
+skip (`PromptStream`'s ``skip``: a prompt unlikely to give a spread gets no rollouts this round),
+sized waves (``size_waves``: a wave generates no more than the rollouts still missing) and carry
+(``carry``: cut-away sessions and surplus groups train in the next step, at most one step old).
+
 ``max_gen_batches`` caps the prompts a step may submit at that many x M (the DAPO recipe's
 ``max_num_gen_batches``): past it the step trains what is ready (``shortfall`` > 0), and a step
 with nothing ready skips its update.
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
+from coba_verl.core.spread_skip import SkipRule, skip_unlikely_spread
 from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
 
 __all__ = ["PromptStream", "Wave", "DapoStep", "collect_dapo_step", "has_spread"]
@@ -51,17 +57,28 @@ class PromptStream:
         allocator: allocates each round when its first prompt is drawn.
         m: prompts per round (M).
         total: rollouts per round (M x n).
+        skip: GRESO's skip (`coba_verl.core.spread_skip`): after each round's allocation, prompts
+            unlikely to give a reward spread get budget 0 (``take`` returns them with 0; the step
+            does not generate them). None: no skip.
     """
 
     def __init__(
-        self, order: Callable[[int], np.ndarray], allocator: BudgetAllocator, m: int, total: int
+        self,
+        order: Callable[[int], np.ndarray],
+        allocator: BudgetAllocator,
+        m: int,
+        total: int,
+        skip: SkipRule | None = None,
     ) -> None:
         self._order = order
         self.allocator = allocator
         self.m = m
         self.total = total
+        self.skip = skip
         self._rest_ids = np.zeros(0, np.int64)
         self._rest_budgets = np.zeros(0, np.int64)
+        self._rest_rounds = np.zeros(0, np.int64)
+        self.skipped = 0  # prompts given B_i = 0 by the skip so far
         self.drawn = 0  # prompts taken so far
         self.steps = 0  # `collect_dapo_step` calls so far (the step being collected, from 1)
         self.round_steps: list[int] = []  # round r was allocated in step round_steps[r]
@@ -76,15 +93,20 @@ class PromptStream:
             if self._rest_ids.size == 0:
                 round_ids = np.asarray(self._order(self.m), dtype=np.int64)
                 res = self.allocator.allocate(round_ids, self.total)
+                budgets_now = np.asarray(res.budgets, np.int64)
+                if self.skip is not None:
+                    budgets_now = self._skip(round_ids, budgets_now, res)
                 self.allocations.append(res)
                 self.last_allocation = res
                 self.round_steps.append(self.steps)
-                self._rest_ids, self._rest_budgets = round_ids, np.asarray(res.budgets, np.int64)
+                self._rest_ids, self._rest_budgets = round_ids, budgets_now
+                self._rest_rounds = np.full(round_ids.size, len(self.round_steps) - 1, np.int64)
             j = min(k, self._rest_ids.size)
             ids.append(self._rest_ids[:j])
             budgets.append(self._rest_budgets[:j])
-            rounds.append(np.full(j, len(self.round_steps) - 1, np.int64))
+            rounds.append(self._rest_rounds[:j])
             self._rest_ids, self._rest_budgets = self._rest_ids[j:], self._rest_budgets[j:]
+            self._rest_rounds = self._rest_rounds[j:]
             k -= j
             self.drawn += j
         if not ids:
@@ -92,6 +114,27 @@ class PromptStream:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         self.last_rounds = np.concatenate(rounds)
         return np.concatenate(ids), np.concatenate(budgets)
+
+    def put_back(self, ids: np.ndarray, budgets: np.ndarray, rounds: np.ndarray) -> None:
+        """Return prompts that ``take`` gave but the step did not submit: they come first next time,
+        with their budgets and rounds (C-size's trimmed waves)."""
+        self._rest_ids = np.concatenate([np.asarray(ids, np.int64), self._rest_ids])
+        self._rest_budgets = np.concatenate([np.asarray(budgets, np.int64), self._rest_budgets])
+        self._rest_rounds = np.concatenate([np.asarray(rounds, np.int64), self._rest_rounds])
+        self.drawn -= int(np.asarray(ids).size)
+
+    def _skip(self, round_ids: np.ndarray, budgets: np.ndarray, res: Allocation) -> np.ndarray:
+        """The round's budgets after GRESO's skip; the allocation's metrics gain the counts."""
+        assert self.skip is not None
+        successes, attempts = self.allocator.tracker.window_counts(round_ids)
+        out, skipped = skip_unlikely_spread(
+            round_ids, budgets, successes, attempts, self.skip,
+            lambda kept: np.asarray(self.allocator.allocate(round_ids[kept], self.total).budgets, np.int64),
+            up=self.allocator.config.max_rollouts, round_key=len(self.round_steps),
+        )  # fmt: skip
+        self.skipped += int(skipped.sum())
+        res.extra["skipped_prompts"] = float(skipped.sum())
+        return out
 
     def pop_allocations(self) -> list[Allocation]:
         """The rounds allocated since the last call."""
@@ -122,6 +165,7 @@ class Group:
     scores: np.ndarray  # (B,)
     lengths: np.ndarray  # (B,)
     age: int = 0  # steps since its round was allocated (0: allocated in this step)
+    carried: bool = False  # kept from the step before (C-carry): scored already, never carried again
 
     @property
     def size(self) -> int:
@@ -140,6 +184,10 @@ class DapoStep:
 
     ``trained`` is (wave, rows of that wave, group number 0..G-1) per trained group, oldest first,
     and ``trained_groups`` the `Group` of each, in the same order; every count is of this step only.
+    ``waves[:first_new_wave]`` are the waves of groups carried in from the step before (their rows
+    were generated and counted there); ``carry_out`` holds (wave, group) pairs kept for the next step.
+    Rollouts generated in the step = trained (not carried in) + cut + evicted + surplus + carried out;
+    rollouts carried in = trained of them + ``carried_dropped``.
     """
 
     trained: list[tuple[int, np.ndarray, int]]
@@ -152,10 +200,22 @@ class DapoStep:
     surplus: int = 0
     cut_rollouts: int = 0
     groups_cut: int = 0
+    skipped: int = 0  # prompts drawn with budget 0 (GRESO's skip), not generated
+    trimmed_rollouts: int = 0  # allocated rollouts not generated because a wave was sized (C-size)
+    first_new_wave: int = 0
+    carried_in: int = 0  # rollouts of groups carried in
+    carried_dropped: int = 0  # of them, not trained (no spread, or not picked): dropped
+    carried_out: int = 0  # rollouts kept for the next step
+    carry_out: list[tuple[Wave, Group]] = field(default_factory=list)
     trained_groups: list[Group] = field(default_factory=list)
     observed_rollouts: int = 0
     observe_s: float = 0.0  # wall time in ``allocator.observe``
     allocations: list[Allocation] = field(default_factory=list)
+
+    @property
+    def new_waves(self) -> list[Wave]:
+        """The waves generated in this step."""
+        return self.waves[self.first_new_wave :]
 
     @property
     def trained_rollouts(self) -> int:
@@ -167,11 +227,11 @@ class DapoStep:
 
     @property
     def generated_rollouts(self) -> int:
-        return int(sum(w.scores.size for w in self.waves))
+        return int(sum(w.scores.size for w in self.new_waves))
 
     @property
     def generated_tokens(self) -> int:
-        return int(sum(float(w.lengths.sum()) for w in self.waves))
+        return int(sum(float(w.lengths.sum()) for w in self.new_waves))
 
     @property
     def trained_tokens(self) -> int:
@@ -188,6 +248,9 @@ def collect_dapo_step(
     cut: str = "spread",
     whole_only: bool = False,
     rng: np.random.Generator | None = None,
+    size_waves: bool = False,
+    carried: list[tuple[Wave, Group]] | None = None,
+    carry: bool = False,
 ) -> DapoStep:
     """Generate and filter until T = M x n rollouts are ready, then pick them (module docstring).
 
@@ -203,6 +266,14 @@ def collect_dapo_step(
         whole_only: train whole ready groups only, oldest first while they fit (a counterfactual:
             ``shortfall`` may be > 0).
         rng: the random numbers of ``cut="random"``.
+        size_waves: C-size (docs/dapo_n16_design.md, amendment 1): each wave's budgets are trimmed,
+            in submission order, to the rollouts still missing, the last prompt keeping
+            max(min_size, what is left); the prompts beyond go back to the stream.
+        carried: the previous step's ``carry_out``: ready first (oldest first) when they have a
+            spread, dropped otherwise; the first wave then submits max(1, ceil((T - carried) / n))
+            prompts.
+        carry: C-carry: keep this step's cut-away sessions and surplus groups in ``carry_out``
+            (a group carried in is never carried again).
 
     Returns:
         The step's `DapoStep`; ``observed_rollouts`` equals ``generated_rollouts``.
@@ -217,8 +288,9 @@ def collect_dapo_step(
     step = DapoStep(trained=[], waves=[], groups=[], target=target)
 
     def observe(groups: list[tuple[Group, np.ndarray]]) -> None:
-        """Score the given rows of each group into the tracker (with their lengths)."""
-        pairs = [(g, r) for g, r in groups if r.size]
+        """Score the given rows of each group into the tracker (with their lengths), once:
+        a carried group was scored in the step that generated it."""
+        pairs = [(g, r) for g, r in groups if r.size and not g.carried]
         if not pairs:
             return
         ids = np.concatenate([np.full(r.size, g.prompt, np.int64) for g, r in pairs])
@@ -229,26 +301,36 @@ def collect_dapo_step(
         step.observe_s += time.perf_counter() - start
         step.observed_rollouts += int(ids.size)
 
-    ready: list[Group] = []
+    ready = _carry_in(step, carried or [])
+    have = sum(g.size for g in ready)
     credit = 0
-    pending = m
-    while True:
+    # With groups carried in, the first wave submits what they leave missing, at least one prompt
+    # (so every step measures the policy it trains: F_t needs an outcome of this step).
+    pending = m if not carried else min(m, max(1, math.ceil((target - have) / n)))
+    while pending > 0:
         ids, budgets = stream.take(pending)
-        step.submissions += 1
+        rounds = stream.last_rounds
         step.prompts += int(ids.size)
-        wave = generate(ids, budgets)
-        w = len(step.waves)
-        step.waves.append(wave)
-        starts = np.concatenate([[0], np.cumsum(budgets)])
-        ages = stream.steps - np.asarray(stream.round_steps, np.int64)[stream.last_rounds]
+        drawn = budgets > 0
+        step.skipped += int(np.sum(~drawn))
+        ids, budgets, rounds = ids[drawn], budgets[drawn], rounds[drawn]
+        if size_waves and ids.size:
+            ids, budgets, rounds = _size_wave(stream, step, ids, budgets, rounds, target - have, min_size)
         evicted_now: list[Group] = []
-        for i, prompt in enumerate(ids.tolist()):
-            rows = np.arange(starts[i], starts[i + 1])
-            group = Group(prompt, w, rows, wave.scores[rows], wave.lengths[rows], int(ages[i]))
-            step.groups.append(group)
-            (ready if has_spread(group.scores) else evicted_now).append(group)
-        observe([(g, np.arange(g.size)) for g in evicted_now])
-        step.evicted += len(evicted_now)
+        if ids.size:
+            step.submissions += 1
+            wave = generate(ids, budgets)
+            w = len(step.waves)
+            step.waves.append(wave)
+            starts = np.concatenate([[0], np.cumsum(budgets)])
+            ages = stream.steps - np.asarray(stream.round_steps, np.int64)[rounds]
+            for i, prompt in enumerate(ids.tolist()):
+                rows = np.arange(starts[i], starts[i + 1])
+                group = Group(prompt, w, rows, wave.scores[rows], wave.lengths[rows], int(ages[i]))
+                step.groups.append(group)
+                (ready if has_spread(group.scores) else evicted_now).append(group)
+            observe([(g, np.arange(g.size)) for g in evicted_now])
+            step.evicted += len(evicted_now)
         have = sum(g.size for g in ready)
         if have >= target or step.prompts >= max_gen_batches * m:
             break
@@ -272,9 +354,9 @@ def collect_dapo_step(
         choice = select_to_budget([g.size for g in ready], target, min_size)
         cuts = dict(choice.cuts)
         picked = set(choice.whole) | set(cuts)
-    chosen = sorted(picked)
     trained: list[tuple[Group, np.ndarray]] = []
-    for position in chosen:
+    leftovers: list[Group] = []  # cut-away sessions and surplus groups, each a group of its own
+    for position in sorted(picked):
         group = ready[position]
         kept = np.arange(group.size)
         if position in cuts:
@@ -287,11 +369,65 @@ def collect_dapo_step(
             observe([(group, away)])
             step.cut_rollouts += int(away.size)
             step.groups_cut += 1
+            leftovers.append(_part(group, away))
         trained.append((group, kept))
     surplus = [g for position, g in enumerate(ready) if position not in picked]
     observe([(g, np.arange(g.size)) for g in surplus])
     step.surplus = len(surplus)
+    leftovers.extend(surplus)
     observe(trained)
     step.trained = [(g.wave, g.rows[kept], k) for k, (g, kept) in enumerate(trained)]
     step.trained_groups = [g for g, _ in trained]
+    for group in leftovers:
+        if group.carried:
+            step.carried_dropped += group.size  # at most one update old: never carried twice
+        elif carry:
+            step.carry_out.append((step.waves[group.wave], group))
+            step.carried_out += group.size
     return step
+
+
+def _part(group: Group, positions: np.ndarray) -> Group:
+    """The sessions ``positions`` of ``group`` as a group of their own."""
+    return Group(
+        group.prompt, group.wave, group.rows[positions], group.scores[positions],
+        group.lengths[positions], group.age, group.carried,
+    )  # fmt: skip
+
+
+def _carry_in(step: DapoStep, carried: list[tuple[Wave, Group]]) -> list[Group]:
+    """The carried groups with a reward spread, ready first, their waves first in ``step.waves``;
+    the others are dropped (counted in ``carried_dropped``)."""
+    ready: list[Group] = []
+    index: dict[int, int] = {}  # id(wave) -> its position in step.waves
+    for wave, group in carried:
+        step.carried_in += group.size
+        if not has_spread(group.scores):
+            step.carried_dropped += group.size
+            continue
+        w = index.setdefault(id(wave), len(step.waves))
+        if w == len(step.waves):
+            step.waves.append(wave)
+        ready.append(Group(group.prompt, w, group.rows, group.scores, group.lengths, group.age + 1, True))
+    step.first_new_wave = len(step.waves)
+    return ready
+
+
+def _size_wave(
+    stream: PromptStream, step: DapoStep, ids: np.ndarray, budgets: np.ndarray, rounds: np.ndarray,
+    missing: int, min_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """C-size: trim the wave's budgets, in order, to ``missing`` rollouts (the last prompt keeps
+    max(min_size, what is left)); the prompts beyond go back to ``stream``."""
+    ends = np.cumsum(budgets)
+    if missing <= 0 or ends[-1] <= missing:
+        return ids, budgets, rounds
+    last = int(np.searchsorted(ends, missing))  # first prompt whose end reaches ``missing``
+    budgets = budgets.copy()
+    before = int(ends[last - 1]) if last else 0
+    trimmed = max(min_size, missing - before)
+    step.trimmed_rollouts += int(budgets[last]) - min(trimmed, int(budgets[last]))
+    budgets[last] = min(trimmed, int(budgets[last]))
+    stream.put_back(ids[last + 1 :], budgets[last + 1 :], rounds[last + 1 :])
+    step.prompts -= int(ids.size) - (last + 1)
+    return ids[: last + 1], budgets[: last + 1], rounds[: last + 1]

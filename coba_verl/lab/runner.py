@@ -34,9 +34,10 @@ from coba_verl.arithmetic.outcomes import sample_responses, trim_padding
 from coba_verl.arithmetic.task import score_batch
 from coba_verl.arithmetic.tokenizer import PAD, decode_responses
 from coba_verl.core import BudgetAllocator
+from coba_verl.core.spread_skip import SkipRule
 from coba_verl.lab.composition import batch_composition, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
-from coba_verl.lab.dapo import PromptStream, Wave, collect_dapo_step
+from coba_verl.lab.dapo import Group, PromptStream, Wave, collect_dapo_step
 from coba_verl.lab.evaluation import evaluate, sampling_generator, seed_priors
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
 from coba_verl.lab.seeds import SeedContext, new_model, prompt_stream
@@ -60,7 +61,11 @@ def snapshot_steps(cfg: LabConfig) -> set[int]:
 
 
 #: The DAPO counts of a row that are 0 without DAPO.
-NO_REFILL = ("groups_evicted", "groups_surplus", "rollouts_cut", "groups_cut", "shortfall")
+NO_REFILL = (
+    "groups_evicted", "groups_surplus", "rollouts_cut", "groups_cut", "shortfall",
+    "prompts_skipped", "rollouts_trimmed", "rollouts_carried_in", "rollouts_carried_out",
+    "rollouts_carried_dropped",
+)  # fmt: skip
 
 
 @dataclass
@@ -116,9 +121,11 @@ def _generate_wave(
 
 def _dapo_rollouts(
     cfg: LabConfig, ctx: SeedContext, model: Qwen2ForCausalLM, stream: PromptStream, gen: torch.Generator,
-    min_size: int, group_weight: str, cut_rng: np.random.Generator,
-) -> _StepRollouts:  # fmt: skip
-    """One DAPO step (`coba_verl.lab.dapo`): waves until M x n rollouts are ready, then the batch."""
+    min_size: int, group_weight: str, cut_rng: np.random.Generator, options: tuple[str, ...],
+    carried: list[tuple[Wave, Group]],
+) -> tuple[_StepRollouts, list[tuple[Wave, Group]]]:  # fmt: skip
+    """One DAPO step (`coba_verl.lab.dapo`): waves until M x n rollouts are ready, then the batch;
+    with it, the groups kept for the next step (run option ``+carry``)."""
     step = collect_dapo_step(
         stream,
         lambda ids, budgets: _generate_wave(model, ctx, ids, budgets, gen),
@@ -128,6 +135,9 @@ def _dapo_rollouts(
         cut=cfg.dapo_cut,
         whole_only=cfg.dapo_whole_only,
         rng=cut_rng,
+        size_waves="size" in options,
+        carried=carried,
+        carry="carry" in options,
     )
     batch = None
     composition: dict[str, Any] = {}
@@ -148,12 +158,13 @@ def _dapo_rollouts(
             np.asarray([g.age for g in step.trained_groups]), group_weight,
         )  # fmt: skip
     budgets = np.asarray([g.size for g in step.groups], np.int64)
+    new_scores = [w.scores for w in step.new_waves]
     return _StepRollouts(
         batch=batch,
         composition=composition,
         budgets=budgets,
         prompt_rates=np.asarray([float(g.scores.mean()) for g in step.groups]),
-        scores=np.concatenate([w.scores for w in step.waves]),
+        scores=np.concatenate(new_scores) if new_scores else np.zeros(0),
         generated_tokens=step.generated_tokens,
         trained_tokens=step.trained_tokens,
         costs={
@@ -164,9 +175,14 @@ def _dapo_rollouts(
             "rollouts_cut": step.cut_rollouts,
             "groups_cut": step.groups_cut,
             "shortfall": step.shortfall,
+            "prompts_skipped": step.skipped,
+            "rollouts_trimmed": step.trimmed_rollouts,
+            "rollouts_carried_in": step.carried_in,
+            "rollouts_carried_out": step.carried_out,
+            "rollouts_carried_dropped": step.carried_dropped,
         },
         plugin_s=sum(a.elapsed_s for a in step.allocations) + step.observe_s,
-    )
+    ), step.carry_out
 
 
 def train_run(
@@ -215,7 +231,10 @@ def train_run(
     cut_rng = np.random.default_rng([ctx.seed, 104729])  # only `dapo_cut=random` draws from it
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
-    stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), allocator, m, total) if cfg.dapo else None
+    skip = SkipRule() if "skip" in spec.dapo_options else None
+    order = prompt_stream(len(ctx.train), ctx.seed)
+    stream = PromptStream(order, allocator, m, total, skip) if cfg.dapo else None
+    carried: list[tuple[Wave, Group]] = []  # groups kept from the step before (``+carry``)
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
     base = {
         "run": spec.label,
@@ -226,6 +245,7 @@ def train_run(
         "prior": spec.prior,
         "prior_rollouts": len(ctx.train) * cfg.prior_samples if spec.prior else 0,
         "dapo": cfg.dapo,
+        "dapo_options": "+".join(spec.dapo_options),
         "seed": ctx.seed,
     }
     counts = dict.fromkeys(("rollouts", "rollouts_generated", "tokens_generated", "tokens_trained"), 0)
@@ -235,9 +255,10 @@ def train_run(
         t0 = time.perf_counter()
         if stream is not None:
             epoch = stream.drawn // cfg.n_train + 1
-            out = _dapo_rollouts(
-                cfg, ctx, model, stream, gen, coba_cfg.min_rollouts, coba_cfg.group_weight, cut_rng
-            )
+            out, carried = _dapo_rollouts(
+                cfg, ctx, model, stream, gen, coba_cfg.min_rollouts, coba_cfg.group_weight, cut_rng,
+                spec.dapo_options, carried,
+            )  # fmt: skip
             res = stream.last_allocation  # the latest round's allocation (this step's or an earlier one)
             t_plugin = out.plugin_s
             t_gen = time.perf_counter() - t0 - t_plugin

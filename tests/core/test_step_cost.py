@@ -11,10 +11,9 @@ from coba_verl.core.metrics import histogram_edges
 from coba_verl.core.step_cost import (
     Population,
     beta_binomial_fit,
-    expected_no_spread,
     plan_step_cost,
 )
-from coba_verl.core.values import no_spread_probability
+from coba_verl.core.values import expected_no_spread, no_spread_probability
 from coba_verl.refusal import CobaRefusal
 
 
