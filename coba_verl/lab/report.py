@@ -22,7 +22,7 @@ from scipy import stats
 
 __all__ = [
     "t_interval", "summarise", "regime", "format_table", "format_compute", "format_regime", "format_summary",
-    "seeds_note", "compute_to_target", "auc_until", "LEGEND",
+    "seeds_note", "compute_to_target", "auc_until", "paired_deltas", "LEGEND",
 ]  # fmt: skip
 
 LEGEND = """\
@@ -203,6 +203,25 @@ def summarise(rows: list[dict[str, Any]], reference: str = "uniform") -> list[di
                 **compute,
             }
         )
+    return out
+
+
+def paired_deltas(
+    rows: list[dict[str, Any]], label: str, reference: str = "uniform"
+) -> dict[int, dict[str, float]]:
+    """Per seed run by both ``label`` and ``reference``: {seed: {d_final, d_auc}}, the same
+    differences `summarise` averages (final held-out accuracy; AUC over trained rollouts)."""
+    runs, start = _by_run(rows)
+    out: dict[int, dict[str, float]] = {}
+    for seed, rs in sorted(runs.get(label, {}).items()):
+        ref = runs.get(reference, {}).get(seed)
+        if not ref:
+            continue
+        curve, ref_curve = _curve(rs, start.get(seed)), _curve(ref, start.get(seed))
+        out[seed] = {
+            "d_final": curve[-1][1] - ref_curve[-1][1],
+            "d_auc": _auc(curve) - _auc(ref_curve),
+        }
     return out
 
 
