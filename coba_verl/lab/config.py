@@ -21,8 +21,10 @@ PRIOR_OPTION = "prior"
 TOKEN_BUDGET_OPTION = "token_budget"
 #: Under ``dapo`` only (docs/dapo_n16_design.md, amendment 1): ``carry``, cut-away sessions and
 #: surplus groups train in the next step; ``size``, each wave generates no more than the rollouts
-#: still missing; ``skip``, GRESO's skip (`coba_verl.core.spread_skip`, threshold 0.1, explore 0.1).
+#: still missing; ``skip``, GRESO's skip (`coba_verl.core.spread_skip`, `SKIP_THRESHOLD`).
 DAPO_OPTIONS = ("carry", "size", "skip")
+#: ``coba.skip_spread_below`` of a ``+skip`` run (the study's 0.1; its explore chance is the default 0.1).
+SKIP_THRESHOLD = 0.1
 RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION, *DAPO_OPTIONS)
 
 
@@ -290,7 +292,13 @@ class LabConfig:
                     f"run {spec.label!r}: the options {', '.join('+' + o for o in spec.dapo_options)} "
                     "change DAPO dynamic sampling and need dapo=true (e.g. --scenario dapo)."
                 )
-            unit = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit).budget_unit
+            run_cfg = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit, spec.dapo_options)
+            if run_cfg.skip_spread_below > 0 and not self.dapo:
+                raise CobaRefusal(
+                    f"run {spec.label!r}: coba.skip_spread_below={run_cfg.skip_spread_below} gives some "
+                    "prompts no rollouts, which only DAPO dynamic sampling refills; set dapo=true."
+                )
+            unit = run_cfg.budget_unit
             if self.dapo and unit == "tokens":
                 raise CobaRefusal(
                     f"run {spec.label!r}: a token budget (coba.budget_unit=tokens) with dapo=true: DAPO "
@@ -333,13 +341,20 @@ class LabConfig:
         return int(round(self.prompts_per_step * self.rollouts_per_prompt * spec.budget_scale))
 
     def coba_config(
-        self, strategy: str, group_weight: str | None = None, budget_unit: str | None = None
+        self,
+        strategy: str,
+        group_weight: str | None = None,
+        budget_unit: str | None = None,
+        dapo_options: tuple[str, ...] = (),
     ) -> CobaConfig:
         """The allocator config of one run: ``coba`` overrides plus its strategy (and its group
-        weight and budget unit, when its label sets them)."""
-        own = {} if group_weight is None else {"group_weight": group_weight}
+        weight, budget unit and skip, when its label sets them: ``+skip`` is
+        ``skip_spread_below`` = `SKIP_THRESHOLD`)."""
+        own: dict[str, Any] = {} if group_weight is None else {"group_weight": group_weight}
         if budget_unit is not None:
             own["budget_unit"] = budget_unit
+        if "skip" in dapo_options:
+            own["skip_spread_below"] = SKIP_THRESHOLD
         return CobaConfig.from_mapping({**self.coba, **own, "strategy": strategy})
 
     def to_dict(self) -> dict[str, Any]:
@@ -410,6 +425,19 @@ SCENARIOS["worked"] = {
 # long (240 steps), so that F̄ ends below 0.4 in at least one setting. Fixed by the design before
 # any run; nothing else of `paper` changes.
 SCENARIOS["paper_long"] = {**SCENARIOS["paper"], "steps": 240}
+
+# The sizes study, S2 = 3 layers x 128 (741,120 parameters): `paper` in the paper's regime at that
+# size, chosen from uniform runs only by the design's criteria (docs/lab/sizes.md, settings a-c):
+# warm start to 0.30, learning rate 1e-3 (seeds 0-1: F̄ 0.72 -> 0.34, uniform@0.5 below uniform on
+# both seeds; epoch-1 pass rates 24.5 % at 0 on average, just under the 25-40 % asked).
+SCENARIOS["paper_s2"] = {
+    **SCENARIOS["paper"],
+    "num_layers": 3,
+    "hidden_size": 128,
+    "intermediate_size": 512,
+    "warm_target": 0.30,
+    "lr": 1e-3,
+}
 
 # `paper` at a larger width and depth, for a GPU (``--device`` overrides it). Not yet measured:
 # check its regime table before reading its comparison (docs/lab.md, "On a GPU").
