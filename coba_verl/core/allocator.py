@@ -14,6 +14,10 @@ Cold start, per strategy (spec §2, §9):
     * knapsack: unseen prompts get the uniform share total // M; the others share the rest by
       Knapsack-RL's rules (`coba_verl.core.knapsack`).
     * uniform: history is never used.
+
+With ``skip_spread_below`` > 0 the budgets of any strategy but uniform (and of no cold start)
+pass through GRESO's skip (`coba_verl.core.spread_skip`): B_i = 0 for a prompt unlikely to give a
+reward spread, the round's total re-solved over the others.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release
 from coba_verl.core.solvers import check_budget, solve
 from coba_verl.core.spread import uniform_split
+from coba_verl.core.spread_skip import SkipRule, skip_unlikely_spread
 from coba_verl.core.token_budget import fill_lengths, solve_tokens
 from coba_verl.core.tracker import CapabilityTracker, _as_int_array, scores_to_successes
 from coba_verl.core.values import CobaValue, no_spread_probability
@@ -45,7 +50,8 @@ class Allocation:
 
     Attributes:
         budgets: (M,) int64 rollouts per prompt; sum == total (``budget_unit=rollouts``) or
-            sum_i b_i L_i <= total / M * sum_i L_i (``tokens``), min_rollouts <= b <= max_rollouts.
+            sum_i b_i L_i <= total / M * sum_i L_i (``tokens``), min_rollouts <= b <= max_rollouts, or
+            0 where ``skip_spread_below`` skipped the prompt (`coba_verl.core.spread_skip`).
         pass_rates: (M,) float64 p_hat from the tracker, NaN for prompts without history.
         lengths: (M,) float64 recent mean response tokens per rollout, NaN where unknown (or None).
         rollouts_per_prompt: total / M, the n of uniform GRPO on this batch (NaN: unknown).
@@ -92,6 +98,7 @@ class Allocation:
             "tau": self.tau,
             "alloc_time_s": self.elapsed_s,
             "unseen_prompts": float(np.sum(np.isnan(self.pass_rates))),
+            "skipped_prompts": float(np.sum(self.budgets == 0)),  # ``skip_spread_below``
         }
         seen = ~np.isnan(self.pass_rates)
         if seen.any():
@@ -227,6 +234,7 @@ class BudgetAllocator:
         self.config = config
         self.tracker = CapabilityTracker(num_prompts, window=config.window, kappa=config.kappa)
         self._step_scores: list[tuple[np.ndarray, np.ndarray]] = []  # this step's (ids, raw scores)
+        self._rounds = 0  # `allocate` calls so far: seeds the skip's exploration draws
 
     # ------------------------------------------------------------------ allocation
     def allocate(self, ids: Any, total: int) -> Allocation:
@@ -242,6 +250,23 @@ class BudgetAllocator:
         result = allocate_from_rates(
             p_hat, total, self.config, shape=shape, last_pass_rates=last, lengths=lengths
         )
+        if self.config.skip_spread_below > 0 and result.strategy != "uniform":
+
+            def resolve(kept: np.ndarray) -> np.ndarray:
+                part = allocate_from_rates(
+                    p_hat[kept], total, self.config, shape=shape,
+                    last_pass_rates=None if last is None else last[kept],
+                    lengths=None if lengths is None else lengths[kept],
+                )  # fmt: skip
+                return np.asarray(part.budgets, np.int64)
+
+            successes, attempts = self.tracker.window_counts(ids_a)
+            result.budgets, _ = skip_unlikely_spread(
+                ids_a, result.budgets, successes, attempts,
+                SkipRule(self.config.skip_spread_below, self.config.skip_explore), resolve,
+                up=self.config.max_rollouts, round_key=self._rounds,
+            )  # fmt: skip
+        self._rounds += 1
         result.elapsed_s = time.perf_counter() - start
         return result
 
@@ -289,6 +314,7 @@ class BudgetAllocator:
         scores = [s for _, s in self._step_scores]
         return {
             "strategy": self.config.strategy,
+            "rounds": self._rounds,
             "tracker": self.tracker.state_dict(),
             "step_scores": {
                 "ids": np.concatenate(ids) if ids else np.zeros(0, np.int64),
@@ -304,6 +330,7 @@ class BudgetAllocator:
                 self.config.strategy,
             )
         self.tracker.load_state_dict(state["tracker"])
+        self._rounds = int(state.get("rounds", 0))  # 0.1.0 checkpoints: no skip ran before
         saved = state["step_scores"]
         ids = np.asarray(saved["ids"], np.int64)
         self._step_scores = [(ids, np.asarray(saved["scores"], np.float64))] if ids.size else []

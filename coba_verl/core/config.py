@@ -33,6 +33,8 @@ TOKEN_BUDGET_STRATEGIES: tuple[str, ...] = ("coba", "static", "reverse")
 GRPO_MIN_ROLLOUTS = 2
 
 _COBA_VALUE = ("tau", "solver", "unseen_pass_rate", "p_clip_low", "p_clip_high")
+#: GRESO's skip (`coba_verl.core.spread_skip`): read by every strategy that reads pass rates.
+_SKIP = ("skip_spread_below", "skip_explore")
 #: What makes the pass rates: every strategy but ``uniform`` reads them.
 _PASS_RATES = ("success_value", "prior_field", "prior_file", "prior_weight")
 #: Knobs (besides the bounds) that change each strategy's budgets. A knob set away from its default
@@ -40,11 +42,11 @@ _PASS_RATES = ("success_value", "prior_field", "prior_file", "prior_weight")
 #: ``window`` (the pass rates' and F_bar's) is not read by ``knapsack``, which allocates from each
 #: prompt's last pass rate, nor by ``uniform``, which reads no pass rate.
 READS: dict[str, tuple[str, ...]] = {
-    "coba": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
-    "coba_release": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
-    "reverse": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES),
-    "static": ("static_alpha", "static_beta", "window", *_COBA_VALUE, *_PASS_RATES),
-    "knapsack": ("solver", *_PASS_RATES),
+    "coba": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES, *_SKIP),
+    "coba_release": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES, *_SKIP),
+    "reverse": ("kappa", "window", *_COBA_VALUE, *_PASS_RATES, *_SKIP),
+    "static": ("static_alpha", "static_beta", "window", *_COBA_VALUE, *_PASS_RATES, *_SKIP),
+    "knapsack": ("solver", *_PASS_RATES, *_SKIP),
     "uniform": (),
 }
 _STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
@@ -64,6 +66,24 @@ def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "c
             f"{setting}='tokens' is not supported in {framework}: a generation round there is a fixed "
             "M x n completions, while under a token budget sum_i B_i varies. Use rollouts, or veRL's V1 "
             "trainer for a token budget."
+        )
+
+
+def require_no_skip(config: CobaConfig, framework: str, setting: str = "coba.skip_spread_below") -> None:
+    """Refuse GRESO's skip (``skip_spread_below`` > 0) in a trainer that cannot leave a prompt out.
+
+    A skipped prompt gets B_i = 0; only a DAPO-style sampler that fills the step with whatever groups
+    are ready (veRL's V1 sync trainer with ``algorithm.filter_groups.enable=true``, the lab's DAPO)
+    trains a round with fewer prompts than drawn.
+
+    Raises:
+        ValueError: naming ``setting``, its value and the framework.
+    """
+    if config.skip_spread_below > 0:
+        raise CobaRefusal(
+            f"{setting}={config.skip_spread_below} is not supported in {framework}: a skipped prompt gets "
+            "no rollouts, and a round there must hold every prompt it drew. Set it to 0, or use veRL's V1 "
+            "sync trainer with DAPO dynamic sampling (algorithm.filter_groups.enable=true)."
         )
 
 
@@ -225,6 +245,14 @@ class CobaConfig:
             ``auto`` (default): ``random`` under DAPO dynamic sampling, ``spread`` otherwise; the
             lab's DAPO study chose ``random`` by a rule fixed before its runs (docs/lab.md, "Where
             the accuracy goes under DAPO"). Uniform budgets never cut.
+        skip_spread_below: GRESO's skip under DAPO dynamic sampling (`coba_verl.core.spread_skip`):
+            a prompt whose chance of a reward spread at its budget, 1 - E[p^B + (1 - p)^B] under
+            the Beta posterior of its window's counts, is below this gets B_i = 0 this round (not
+            generated; no outcome recorded), its rollouts going to the other prompts. 0 (default):
+            off. The lab's DAPO study measured 0.1 (docs/lab/dapo_changes.md). Not for ``uniform``
+            (which reads no pass rate) nor a token budget.
+        skip_explore: Chance that a prompt due to be skipped is drawn anyway, so its pass rate is
+            still measured (seeded by the round and the prompt id).
 
     Raises:
         ValueError: an unknown strategy, solver or group_weight; a knob outside its range (the message names
@@ -252,6 +280,8 @@ class CobaConfig:
     prior_weight: int = 8
     budget_unit: str = "rollouts"
     cut_sessions: str = "auto"
+    skip_spread_below: float = 0.0
+    skip_explore: float = 0.1
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -316,6 +346,16 @@ class CobaConfig:
         if self.cut_sessions not in CUT_SESSIONS:
             raise CobaRefusal(
                 f"{name('cut_sessions')}={self.cut_sessions!r} is unknown; choose one of {CUT_SESSIONS}."
+            )
+        for key in ("skip_spread_below", "skip_explore"):
+            setattr(self, key, check_real(name(key), getattr(self, key)))
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise CobaRefusal(f"{name(key)}={getattr(self, key)} must lie in [0, 1].")
+        if self.skip_spread_below > 0 and self.budget_unit == "tokens":
+            raise CobaRefusal(
+                f"{name('skip_spread_below')}={self.skip_spread_below} with {name('budget_unit')}=tokens: "
+                "the skip re-spends a round's rollouts, which a token budget does not fix. Set one of them "
+                f"back ({name('skip_spread_below')}=0 or {name('budget_unit')}=rollouts)."
             )
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)

@@ -24,7 +24,8 @@ then the cut-away rollouts, the surplus and the trained ones. For uniform budget
 n), the rule is veRL's own group-counted one: the first M ready groups train whole.
 
 Three changes of the study docs/dapo_n16_design.md (amendment 1), each off by default: GRESO's
-skip (`PromptStream`'s ``skip``: a prompt unlikely to give a spread gets no rollouts this round),
+skip (the allocator's ``skip_spread_below``: a prompt unlikely to give a spread gets no rollouts
+this round; `PromptStream` passes its budget of 0 on and the step does not generate it),
 sized waves (``size_waves``: a wave generates no more than the rollouts still missing) and carry
 (``carry``: cut-away sessions and surplus groups train in the next step, at most one step old).
 
@@ -43,7 +44,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
-from coba_verl.core.spread_skip import SkipRule, skip_unlikely_spread
 from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
 
 __all__ = ["PromptStream", "Wave", "DapoStep", "collect_dapo_step", "has_spread"]
@@ -57,9 +57,10 @@ class PromptStream:
         allocator: allocates each round when its first prompt is drawn.
         m: prompts per round (M).
         total: rollouts per round (M x n).
-        skip: GRESO's skip (`coba_verl.core.spread_skip`): after each round's allocation, prompts
-            unlikely to give a reward spread get budget 0 (``take`` returns them with 0; the step
-            does not generate them). None: no skip.
+
+    With the allocator's ``skip_spread_below`` > 0 (GRESO's skip, `coba_verl.core.spread_skip`), a
+    round's prompts unlikely to give a reward spread have budget 0: ``take`` returns them with 0
+    and the step does not generate them.
     """
 
     def __init__(
@@ -68,17 +69,15 @@ class PromptStream:
         allocator: BudgetAllocator,
         m: int,
         total: int,
-        skip: SkipRule | None = None,
     ) -> None:
         self._order = order
         self.allocator = allocator
         self.m = m
         self.total = total
-        self.skip = skip
         self._rest_ids = np.zeros(0, np.int64)
         self._rest_budgets = np.zeros(0, np.int64)
         self._rest_rounds = np.zeros(0, np.int64)
-        self.skipped = 0  # prompts given B_i = 0 by the skip so far
+        self.skipped = 0  # prompts of the rounds allocated so far given B_i = 0 (``coba.skip_spread_below``)
         self.drawn = 0  # prompts taken so far
         self.steps = 0  # `collect_dapo_step` calls so far (the step being collected, from 1)
         self.round_steps: list[int] = []  # round r was allocated in step round_steps[r]
@@ -94,8 +93,7 @@ class PromptStream:
                 round_ids = np.asarray(self._order(self.m), dtype=np.int64)
                 res = self.allocator.allocate(round_ids, self.total)
                 budgets_now = np.asarray(res.budgets, np.int64)
-                if self.skip is not None:
-                    budgets_now = self._skip(round_ids, budgets_now, res)
+                self.skipped += int(np.sum(budgets_now == 0))
                 self.allocations.append(res)
                 self.last_allocation = res
                 self.round_steps.append(self.steps)
@@ -122,19 +120,6 @@ class PromptStream:
         self._rest_budgets = np.concatenate([np.asarray(budgets, np.int64), self._rest_budgets])
         self._rest_rounds = np.concatenate([np.asarray(rounds, np.int64), self._rest_rounds])
         self.drawn -= int(np.asarray(ids).size)
-
-    def _skip(self, round_ids: np.ndarray, budgets: np.ndarray, res: Allocation) -> np.ndarray:
-        """The round's budgets after GRESO's skip; the allocation's metrics gain the counts."""
-        assert self.skip is not None
-        successes, attempts = self.allocator.tracker.window_counts(round_ids)
-        out, skipped = skip_unlikely_spread(
-            round_ids, budgets, successes, attempts, self.skip,
-            lambda kept: np.asarray(self.allocator.allocate(round_ids[kept], self.total).budgets, np.int64),
-            up=self.allocator.config.max_rollouts, round_key=len(self.round_steps),
-        )  # fmt: skip
-        self.skipped += int(skipped.sum())
-        res.extra["skipped_prompts"] = float(skipped.sum())
-        return out
 
     def pop_allocations(self) -> list[Allocation]:
         """The rounds allocated since the last call."""

@@ -34,7 +34,6 @@ from coba_verl.arithmetic.outcomes import sample_responses, trim_padding
 from coba_verl.arithmetic.task import score_batch
 from coba_verl.arithmetic.tokenizer import PAD, decode_responses
 from coba_verl.core import BudgetAllocator
-from coba_verl.core.spread_skip import SkipRule
 from coba_verl.lab.composition import batch_composition, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import Group, PromptStream, Wave, collect_dapo_step
@@ -209,7 +208,7 @@ def train_run(
     model.load_state_dict(ctx.warm_state)
     model.to(cfg.device).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight, spec.budget_unit)
+    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight, spec.budget_unit, spec.dapo_options)
     allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
     if spec.prior:  # before any update: the warm start's pass rates
         seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
@@ -231,9 +230,7 @@ def train_run(
     cut_rng = np.random.default_rng([ctx.seed, 104729])  # only `dapo_cut=random` draws from it
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
-    skip = SkipRule() if "skip" in spec.dapo_options else None
-    order = prompt_stream(len(ctx.train), ctx.seed)
-    stream = PromptStream(order, allocator, m, total, skip) if cfg.dapo else None
+    stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), allocator, m, total) if cfg.dapo else None
     carried: list[tuple[Wave, Group]] = []  # groups kept from the step before (``+carry``)
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
     base = {

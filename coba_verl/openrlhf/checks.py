@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
-from coba_verl.core.config import require_rollout_budget
+from coba_verl.core.config import require_no_skip, require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.framework_api import FrameworkMismatch, actor_python_class, check_api, mismatch
 from coba_verl.records.priors import read_prior_file
@@ -201,6 +201,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
+    require_no_skip(coba, "OpenRLHF", "--coba.skip_spread_below")
     if args.train.async_enable or args.train.partial_rollout_enable:
         raise CobaRefusal(
             async_refusal(bool(args.train.async_enable), bool(args.train.partial_rollout_enable))

@@ -45,7 +45,7 @@ def _spy(alloc: BudgetAllocator) -> list[int]:
 
 def _steps(alloc: BudgetAllocator, k: int, **options) -> tuple[list[DapoStep], _Generator]:
     gen = _Generator()
-    stream = PromptStream(_counting_order(), alloc, M, M * N, options.pop("skip", None))
+    stream = PromptStream(_counting_order(), alloc, M, M * N)
     carry = options.pop("carry", False)
     out: list[DapoStep] = []
     carried: list = []
@@ -115,14 +115,15 @@ def test_a_step_with_leftovers_submits_only_what_they_leave_missing() -> None:
 
 
 def test_skipped_prompts_are_not_generated_give_no_outcome_and_their_budget_goes_to_the_others() -> None:
-    alloc = BudgetAllocator(CobaConfig(strategy="coba", max_rollouts=16), num_prompts=N_PROMPTS)
+    config = CobaConfig(strategy="coba", max_rollouts=16, skip_spread_below=0.1, skip_explore=0.0)
+    alloc = BudgetAllocator(config, num_prompts=N_PROMPTS)
     ids = np.arange(N_PROMPTS)
     attempts = np.full(N_PROMPTS, 48)
     successes = np.where(ids % 3 == 0, 0, np.where(ids % 3 == 1, 24, 12))  # 0 mod 3: never solved
     alloc.record(ids, successes, attempts)
     alloc.end_step()
     before = alloc.tracker.window_counts(ids)
-    stream = PromptStream(_counting_order(), alloc, M, M * N, SkipRule(threshold=0.1, explore=0.0))
+    stream = PromptStream(_counting_order(), alloc, M, M * N)
     gen = _Generator()
     step = collect_dapo_step(stream, gen, n=N, min_size=2, max_gen_batches=10)
     submitted = np.concatenate([i for i, _ in gen.waves])
@@ -132,7 +133,7 @@ def test_skipped_prompts_are_not_generated_give_no_outcome_and_their_budget_goes
     after = alloc.tracker.window_counts(np.asarray(drawn_zero))
     np.testing.assert_array_equal(after[1], before[1][drawn_zero])  # no invented outcome
     for res in step.allocations:  # the round's total goes to the kept prompts
-        assert res.extra["skipped_prompts"] > 0
+        assert res.metrics["coba/skipped_prompts"] > 0
     first = gen.waves[0][1]
     assert int(first.sum()) == M * N  # the first round's kept prompts hold the whole M x n
     assert step.trained_rollouts == M * N

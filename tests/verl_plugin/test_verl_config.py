@@ -45,7 +45,11 @@ NON_DEFAULT_OVERRIDES = {
     "group_weight": ("proportional", "proportional"),
     "budget_unit": ("tokens", "tokens"),
     "cut_sessions": ("spread", "spread"),
+    "skip_spread_below": ("0.2", 0.2),
+    "skip_explore": ("0.3", 0.3),
 }
+#: Fields set in a config of their own: the skip needs DAPO, which the token budget above refuses.
+APART = {"skip_spread_below": ("algorithm.filter_groups.enable=true",)}
 
 
 def test_coba_yaml_mirrors_cobaconfig_keys_and_defaults():
@@ -71,11 +75,14 @@ def test_composed_config_passes_verl_validate_config_on_1x8_gpus(coba_compose, g
 
 def test_every_coba_field_is_overridable_from_the_command_line(coba_compose, gpu_1x8):
     assert set(NON_DEFAULT_OVERRIDES) == {f.name for f in dataclasses.fields(CobaConfig)}
-    overrides = [f"coba.{key}={text}" for key, (text, _) in NON_DEFAULT_OVERRIDES.items()]
-    config = coba_compose(gpu_1x8 + overrides)
+    together = {k: v for k, v in NON_DEFAULT_OVERRIDES.items() if k not in APART}
+    config = coba_compose(gpu_1x8 + [f"coba.{key}={text}" for key, (text, _) in together.items()])
     coba = prepare_config(config)
-    for key, (_, expected) in NON_DEFAULT_OVERRIDES.items():
+    for key, (_, expected) in together.items():
         assert getattr(coba, key) == expected, key
+    for key, needs in APART.items():
+        text, expected = NON_DEFAULT_OVERRIDES[key]
+        assert getattr(prepare_config(coba_compose([*gpu_1x8, f"coba.{key}={text}", *needs])), key) == expected
 
 
 def test_config_without_coba_node_uses_cobaconfig_defaults(coba_compose, gpu_1x8):
@@ -294,6 +301,38 @@ def test_token_budget_passes_in_the_v1_trainer_without_dapo(base_1x8):
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "coba.budget_unit", "tokens", force_add=True)
     assert prepare_config(config).budget_unit == "tokens"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({}, r"Set algorithm.filter_groups.enable=true, or coba.skip_spread_below=0\."),
+        (
+            {"algorithm.filter_groups.enable": True, "trainer.v1.trainer_mode": "colocate_async"},
+            r"Set trainer.use_v1=true with trainer.v1.trainer_mode=sync, or",
+        ),
+        (
+            {"trainer.use_v1": False},
+            r"with trainer.v1.trainer_mode=sync and algorithm.filter_groups.enable=true",
+        ),
+    ],
+)
+def test_the_skip_is_refused_outside_the_v1_sync_trainer_with_dapo(base_1x8, overrides, message):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.skip_spread_below", 0.1, force_add=True)
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, force_add=True)
+    with pytest.raises(ValueError, match=r"coba.skip_spread_below=0.1 needs the V1 sync trainer with DAPO"):
+        prepare_config(config)
+    with pytest.raises(ValueError, match=message):
+        prepare_config(config)
+
+
+def test_the_skip_passes_in_the_v1_sync_trainer_with_dapo(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.skip_spread_below", 0.1, force_add=True)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True, force_add=True)
+    assert prepare_config(config).skip_spread_below == 0.1
 
 
 # ---------------------------------------------------------------- veRL's asynchronous trainers at start

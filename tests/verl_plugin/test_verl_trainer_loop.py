@@ -888,6 +888,35 @@ def test_dapo_trains_m_times_n_rollouts_and_uniforms_rows_and_optimizer_steps_ev
     assert any(len(set(sizes)) > 1 for sizes in trained_sizes)
 
 
+@pytest.fixture(scope="module")
+def dapo_skip(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    """DAPO with GRESO's skip at 0.3, no exploration: the prompts that always fail or always pass
+    (index % 5 of 0 or 4) are skipped once their counts make a spread at B_low unlikely."""
+    root = tmp_path_factory.mktemp("dapo_skip")
+    skip = ("coba.skip_spread_below=0.3", "coba.skip_explore=0.0")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, manager = fit(
+            loop_config(small_config, root / "ckpt", *DAPO, *skip, "trainer.save_freq=-1"),
+            tiny_tokenizer,
+            transfer_queue,
+            root / "metrics.jsonl",
+            monkeypatch,
+        )
+    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"))
+
+
+def test_skipped_prompts_are_never_submitted_and_every_update_still_trains_m_times_n(dapo_skip):
+    skipped = sum(dapo_skip.logged[step].get("coba/skipped_prompts", 0) for step in range(1, STEPS + 1))
+    assert skipped > 0
+    budgets = [b for s in dapo_skip.manager.submissions for b in s["budgets"]]
+    assert min(budgets) >= 2  # a skipped prompt (B_i = 0) never reaches the agent loop
+    updates = [update_cost(u) for u in dapo_skip.trainer.actor_rollout_wg.updates]
+    assert [sessions for sessions, _, _ in updates] == [PROMPTS_PER_STEP * ROLLOUT_N] * STEPS
+    assert_every_step_balances(dapo_skip.logged)  # nothing generated for them, nothing lost
+    for step in range(1, STEPS + 1):
+        assert dapo_skip.logged[step]["coba/rollouts"] == dapo_skip.logged[step]["coba/rollouts_generated"]
+
+
 def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update(dapo):
     """Every generated session is observed once (trained, evicted or cut); cut ones are never trained."""
     for step in range(1, STEPS + 1):

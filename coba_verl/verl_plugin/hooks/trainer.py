@@ -366,12 +366,20 @@ class CobaBudgets(SessionFates):
         return settled
 
     def _allocate_round(self, prompts: TensorDict) -> TensorDict:
-        """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts."""
+        """Set ``prompts["__rollout_n__"]`` (int64 [M]) to the allocation of M * rollout.n rollouts.
+
+        Prompts the allocation skipped (B_i = 0, ``coba.skip_spread_below``; V1 sync with DAPO only,
+        `check_skip`) leave the round here: they are never submitted, so no group, session or
+        outcome exists for them; ``coba/skipped_prompts`` counts them.
+        """
         start = time.perf_counter()
         ids = self.train_dataloader.prompt_ids.ids(list(prompts["index"]))  # (M,) tracker ids
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
         allocation = self.allocator.allocate(ids, len(prompts) * rollout_n)
-        prompts["__rollout_n__"] = torch.as_tensor(allocation.budgets, dtype=torch.int64)  # (M,)
+        budgets = np.asarray(allocation.budgets, dtype=np.int64)
+        prompts["__rollout_n__"] = torch.as_tensor(budgets, dtype=torch.int64)  # (M,)
+        if np.any(budgets == 0):
+            prompts = tu.index_select_tensor_dict(prompts, np.flatnonzero(budgets).tolist())
         self._allocations.append(allocation)
         self._plugin_time_s += time.perf_counter() - start
         return prompts

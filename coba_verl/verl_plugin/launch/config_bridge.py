@@ -112,6 +112,7 @@ def _refusals(config: DictConfig) -> CobaConfig:
     if config.trainer.use_v1:
         check_v1_sessions_differ(config)
     check_budget_unit(config, cfg)
+    check_skip(config, cfg)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in SUPPORTED_ADV_ESTIMATORS:
         raise CobaRefusal(
@@ -193,6 +194,33 @@ def check_v1_sessions_differ(config: DictConfig) -> None:
             "back identical, and every group has zero variance. Set "
             "actor_rollout_ref.rollout.full_determinism=false (seeded sampling still makes runs repeatable "
             "per request)."
+        )
+
+
+def check_skip(config: DictConfig, cfg: CobaConfig) -> None:
+    """Refuse ``coba.skip_spread_below`` > 0 outside the V1 sync trainer with DAPO dynamic sampling.
+
+    A skipped prompt is left out of its round (`CobaTrainer._allocate_round`); the sync trainer's
+    counted DAPO sampling then fills the step's M x rollout.n rollouts from the other prompts and
+    its refills. Without DAPO veRL waits for M groups a step, and the classic and asynchronous
+    trainers size or count by groups, so there a round must hold every prompt it drew.
+
+    Raises:
+        ValueError: naming the key, its value and the setting that is missing.
+    """
+    if cfg.skip_spread_below <= 0:
+        return
+    dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
+    sync = bool(config.trainer.use_v1) and coba_mode(config.trainer.v1.trainer_mode) == COBA_MODES["sync"]
+    if not (dapo and sync):
+        missing = "trainer.use_v1=true with trainer.v1.trainer_mode=sync" if not sync else ""
+        missing += (" and " if missing and not dapo else "") + (
+            "algorithm.filter_groups.enable=true" if not dapo else ""
+        )
+        raise CobaRefusal(
+            f"coba.skip_spread_below={cfg.skip_spread_below} needs the V1 sync trainer with DAPO dynamic "
+            f"sampling: a skipped prompt gets no rollouts, and only DAPO's counted sampling fills the step "
+            f"without it. Set {missing}, or coba.skip_spread_below=0."
         )
 
 
