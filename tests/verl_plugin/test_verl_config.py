@@ -82,7 +82,8 @@ def test_every_coba_field_is_overridable_from_the_command_line(coba_compose, gpu
         assert getattr(coba, key) == expected, key
     for key, needs in APART.items():
         text, expected = NON_DEFAULT_OVERRIDES[key]
-        assert getattr(prepare_config(coba_compose([*gpu_1x8, f"coba.{key}={text}", *needs])), key) == expected
+        apart = prepare_config(coba_compose([*gpu_1x8, f"coba.{key}={text}", *needs]))
+        assert getattr(apart, key) == expected, key
 
 
 def test_config_without_coba_node_uses_cobaconfig_defaults(coba_compose, gpu_1x8):
