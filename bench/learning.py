@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=RUNS, help="strategy labels, as for `coba-verl lab --runs`")
     p.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the scenario's)")
     p.add_argument("--device", default=None, help="torch device (default: the scenario's)")
+    p.add_argument(
+        "--rollouts-per-prompt", type=int, default=None, help="n of uniform GRPO (default: the scenario's)"
+    )
     p.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-<scenario>-<time>)")
     p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "coba_verl" / "lab")
     p.add_argument(
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         kw["steps"] = args.steps
     if args.device:
         kw["device"] = args.device
+    if args.rollouts_per_prompt:
+        kw["rollouts_per_prompt"] = args.rollouts_per_prompt
     try:
         cfg = LabConfig.from_scenario(args.scenario, **kw)
     except ValueError as err:
