@@ -225,7 +225,8 @@ class _Run:
         if len(self.rounds) == 0:
             self.first = (res.alpha, res.beta)
         self.rounds.append(budgets)
-        self.no_spread += float(no_spread_probability(self.p[ids], budgets).sum())
+        drawn = budgets > 0  # a prompt skipped (B_i = 0) is not generated
+        self.no_spread += float(no_spread_probability(self.p[ids[drawn]], budgets[drawn]).sum())
         self._ids, self._budgets = ids, budgets
 
     def take(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -255,9 +256,12 @@ def _dapo_step(run: _Run, n: int, min_size: int) -> tuple[int, int, float, float
     prompts submitted, 1 if it trained short of M n)."""
     m, target = run.m, run.m * n
     ready_sizes, ready_lengths = [], []  # of the groups with a spread, in submission order
-    generated, tokens, prompts, credit, pending = 0, 0.0, 0, 0, m
+    generated, tokens, prompts, drawn, credit, pending = 0, 0.0, 0, 0, 0, m
     while True:
         ids, budgets = run.take(pending)
+        drawn += ids.size
+        kept = budgets > 0  # skipped prompts (``skip_spread_below``) are drawn, not generated
+        ids, budgets = ids[kept], budgets[kept]
         prompts += ids.size
         successes = run.generate(ids, budgets)
         spread = (successes > 0) & (successes < budgets)  # DAPO's filter: rewards not all equal
@@ -268,7 +272,7 @@ def _dapo_step(run: _Run, n: int, min_size: int) -> tuple[int, int, float, float
         have = sum(ready_sizes)
         if have >= target:
             break
-        if prompts >= MAX_ROUNDS_PER_STEP * m:
+        if drawn >= MAX_ROUNDS_PER_STEP * m:
             raise CobaRefusal(
                 f"dapo: a step did not fill {target} trained rollouts within {MAX_ROUNDS_PER_STEP} rounds "
                 f"of {m} prompts: almost no group shows a reward spread at these pass rates."
@@ -319,10 +323,11 @@ def _check(pop: Population, m: int, n: int, config: CobaConfig, runs: int, truth
         )
 
 
-def _config(strategy: str, low: int, up: int, failure_rate: float | None) -> CobaConfig:
-    """The allocator's config; a failure rate fixes the Beta (the ``static`` strategy at its shape)."""
+def _config(strategy: str, low: int, up: int, failure_rate: float | None, skip: float = 0.0) -> CobaConfig:
+    """The allocator's config; a failure rate fixes the Beta (the ``static`` strategy at its shape);
+    ``skip`` is ``skip_spread_below`` (GRESO's skip, `coba_verl.core.spread_skip`)."""
     if failure_rate is None:
-        return _PlanConfig(strategy=strategy, min_rollouts=low, max_rollouts=up)
+        return _PlanConfig(strategy=strategy, min_rollouts=low, max_rollouts=up, skip_spread_below=skip)
     if strategy not in ("coba", "reverse"):
         raise CobaRefusal(
             f"failure_rate={failure_rate} fixes the Beta of coba or reverse; strategy={strategy!r} has none."
@@ -331,8 +336,9 @@ def _config(strategy: str, low: int, up: int, failure_rate: float | None) -> Cob
         raise CobaRefusal(f"failure_rate={failure_rate} is not a failure rate in [0, 1].")
     alpha, beta = capability_shape(float(failure_rate), CobaConfig.kappa, reverse=strategy == "reverse")
     return _PlanConfig(
-        strategy="static", min_rollouts=low, max_rollouts=up, static_alpha=alpha, static_beta=beta
-    )
+        strategy="static", min_rollouts=low, max_rollouts=up, static_alpha=alpha, static_beta=beta,
+        skip_spread_below=skip,
+    )  # fmt: skip
 
 
 def plan_step_cost(
@@ -349,6 +355,7 @@ def plan_step_cost(
     seed: int = 0,
     truth: str = "estimate",
     failure_rate: float | None = None,
+    skip_spread_below: float = 0.0,
 ) -> StepCost:
     """The expected cost of a step of M = ``prompts`` prompts and M n rollouts under ``strategy``.
 
@@ -363,6 +370,8 @@ def plan_step_cost(
         truth: ``estimate`` or ``posterior`` (module docstring).
         failure_rate: F_bar fixing the Beta for every step (coba and reverse only); None: the
             tracker's, from the counts and then the simulated rollouts, as in a run.
+        skip_spread_below: GRESO's skip (``coba.skip_spread_below``; DAPO only): a skipped prompt is
+            drawn but not generated, and the histogram counts its budget of 0 in a bin of its own.
 
     Returns:
         The `StepCost`. For uniform budgets the share without spread is the closed form
@@ -376,8 +385,13 @@ def plan_step_cost(
     """
     m, n = check_int("prompts", prompts), check_int("n", n)
     steps, draws = check_int("steps", steps), check_int("draws", draws)
-    config = _config(strategy, min_rollouts, max_rollouts, failure_rate)
+    config = _config(strategy, min_rollouts, max_rollouts, failure_rate, skip_spread_below)
     _check(pop, m, n, config, min(steps, draws), truth)
+    if config.skip_spread_below > 0 and not dapo:
+        raise CobaRefusal(
+            f"skip_spread_below={config.skip_spread_below} needs dapo: a skipped prompt gets no rollouts, "
+            "which only DAPO dynamic sampling fills (veRL refuses it otherwise too)."
+        )
     posterior = posterior_shapes(pop) if truth == "posterior" else None
     if dapo and posterior is None and not np.any((pop.estimates > 0) & (pop.estimates < 1)):
         raise CobaRefusal(
@@ -402,12 +416,14 @@ def plan_step_cost(
     edges = histogram_edges(config.min_rollouts, config.max_rollouts)
     counts, _ = np.histogram(budgets, bins=edges)
     labels = [f"{lo}-{hi - 1}" for lo, hi in zip(edges, edges[1:], strict=False)]
+    if config.skip_spread_below > 0:
+        counts, labels = np.r_[np.sum(budgets == 0), counts], ["0 (skipped)", *labels]
     per_step = draws * steps
     has_lengths = pop.lengths is not None
     cost = StepCost(
         strategy=strategy,
         histogram=dict(zip(labels, (counts * m / budgets.size).tolist(), strict=True)),
-        no_spread_share=sum(r.no_spread for r in runs) / budgets.size,
+        no_spread_share=sum(r.no_spread for r in runs) / max(1, int(np.sum(budgets > 0))),
         generated_per_trained=generated / trained,
         tokens_per_trained_token=tokens / trained_tokens if has_lengths else float("nan"),
         generated_per_step=generated / per_step,

@@ -83,7 +83,12 @@ def plan(args: argparse.Namespace) -> str:
     )  # fmt: skip
     costs = [plan_step_cost(pop, strategy="uniform", **common)]
     if args.strategy != "uniform":
-        costs.append(plan_step_cost(pop, strategy=args.strategy, failure_rate=args.failure_rate, **common))
+        costs.append(
+            plan_step_cost(
+                pop, strategy=args.strategy, failure_rate=args.failure_rate,
+                skip_spread_below=args.skip_spread_below, **common,
+            )  # fmt: skip
+        )
     elif args.failure_rate is not None:
         raise CobaRefusal(f"--failure-rate {args.failure_rate}: uniform budgets read no Beta.")
     return format_plan(pop, costs, failure_rate=args.failure_rate, **common)
@@ -133,8 +138,8 @@ def format_plan(
     names = [c.strategy for c in costs]
     lines += ["", _row("", [*names, *(["/ uniform"] if len(costs) > 1 else [])])]
     lines.append("  budgets, prompts of a round in bin:")
-    for label in costs[0].histogram:
-        counts = [c.histogram[label] for c in costs]
+    for label in dict.fromkeys(label for c in costs for label in c.histogram):  # "0 (skipped)" first
+        counts = [c.histogram.get(label, 0.0) for c in costs]
         if any(counts):
             lines.append(_row(f"  B {label}", [f"{v:.1f}" for v in counts]))
 
@@ -184,6 +189,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--failure-rate", type=float, help="F_bar fixing the Beta of coba/reverse (default: tracker)"
     )
+    ap.add_argument(
+        "--skip-spread-below", type=float, default=0.0,
+        help="coba.skip_spread_below of the CoBA row (GRESO's skip; --dapo only; default 0: off)",
+    )  # fmt: skip
     ap.add_argument("--truth", choices=TRUTHS, help="default: posterior for a prior file, estimate for rates")
     ap.add_argument("--steps", type=int, default=1, help="steps of a run, the tracker learning (default 1)")
     ap.add_argument("--draws", type=int, default=200, help="simulated runs (default %(default)s)")

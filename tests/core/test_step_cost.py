@@ -101,6 +101,22 @@ def test_dapo_trains_m_times_n_and_coba_wastes_less_on_all_fail_prompts():
     assert uniform.generated_per_trained > 1.9 and coba.generated_per_trained < uniform.generated_per_trained
 
 
+def test_the_skip_leaves_never_passing_prompts_ungenerated_and_cuts_the_waste():
+    """Half the prompts never pass (0 of 10^6 attempts): each is skipped unless its exploration draw
+    (chance 0.1, the default) lets it through, and a step fills M n from the others with less
+    generation."""
+    p = np.r_[np.zeros(32), np.full(32, 0.5)]
+    pop = Population.from_rates(p)
+    kw = dict(prompts=16, n=8, max_rollouts=32, dapo=True, draws=40, strategy="coba")
+    plain, skip = plan_step_cost(pop, **kw), plan_step_cost(pop, skip_spread_below=0.1, **kw)
+    assert skip.short_steps == 0
+    assert skip.histogram["0 (skipped)"] == pytest.approx(8 * 0.9, abs=0.6)  # half a round, less explored
+    assert skip.no_spread_share < 0.5 * plain.no_spread_share  # mostly p = 0.5 groups generated
+    assert skip.generated_per_trained < 0.8 * plain.generated_per_trained
+    with pytest.raises(CobaRefusal, match="skip_spread_below=0.1 needs dapo"):
+        plan_step_cost(pop, **{**kw, "dapo": False}, skip_spread_below=0.1)
+
+
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another():
     pop = Population.from_rates(np.linspace(0.05, 0.6, 64))
     kw = dict(prompts=16, n=4, max_rollouts=16, dapo=True, draws=20, steps=2)
