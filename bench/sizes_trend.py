@@ -3,8 +3,8 @@
     python bench/sizes_trend.py --size S1=runs/paper --size S2=runs/s2 --size S3=runs/s3 \
         --beside "S1x2=runs/paper_long" --png docs/lab/sizes/trend.png
 
-Each ``--size NAME=FOLDER`` is a lab run folder (``bench/learning.py --out``) holding uniform and
-the compared run (``--run``, default coba) on the same seeds; the parameter count is that of the
+Each ``--size NAME=FOLDER[,FOLDER]`` is a lab run folder (``bench/learning.py --out``; several
+when seeds ran apart) holding uniform and the compared run (``--run``, default coba) on the same seeds; the parameter count is that of the
 lab's model built from the folder's config (`coba_verl.lab.seeds.new_model`). Per seed, the
 least-squares slope of Δ AUC (and of Δ final) over log10(parameters) across the sizes; the
 study's slope is the mean of the per-seed slopes with its 95 % t-interval
@@ -33,18 +33,27 @@ from coba_verl.lab.seeds import new_model
 logger = logging.getLogger(__name__)
 
 
-def _named(text: str) -> tuple[str, Path]:
-    name, eq, folder = text.partition("=")
-    if not eq or not name or not folder:
-        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=FOLDER, e.g. S2=runs/s2")
-    return name, Path(folder)
+def _named(text: str) -> tuple[str, list[Path]]:
+    name, eq, folders = text.partition("=")
+    if not eq or not name or not folders:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=FOLDER[,FOLDER], e.g. S2=runs/s2")
+    return name, [Path(f) for f in folders.split(",")]
 
 
-def _size(folder: Path, run: str) -> dict:
-    """One folder's parameter count, per-seed deltas of ``run`` and uniform's F̄ end."""
-    doc = json.loads((folder / "config.json").read_text())
+def _size(folders: list[Path], run: str) -> dict:
+    """The folders' parameter count (the first's config), per-seed deltas of ``run`` and uniform's
+    F̄ end; several folders of one size (seeds run apart) are read as one, a (run, seed, step)
+    row read once."""
+    doc = json.loads((folders[0] / "config.json").read_text())
     cfg = LabConfig(**{k: v for k, v in doc["lab"].items() if k in LabConfig.__dataclass_fields__})
-    rows = read_metrics(folder)
+    seen: set[tuple] = set()
+    rows = []
+    for folder in folders:
+        for r in read_metrics(folder):
+            if (r["run"], r["seed"], r["step"]) not in seen:
+                seen.add((r["run"], r["seed"], r["step"]))
+                rows.append(r)
+    folder = ", ".join(map(str, folders))
     deltas = paired_deltas(rows, run)
     if not deltas:
         raise SystemExit(f"{folder}: no seed has both uniform and {run!r}; run both there first.")
