@@ -4,13 +4,13 @@
         --beside "S1x2=runs/paper_long" --png docs/lab/sizes/trend.png
 
 Each ``--size NAME=FOLDER[,FOLDER]`` is a lab run folder (``bench/learning.py --out``; several
-when seeds ran apart) holding uniform and the compared run (``--run``, default coba) on the same seeds; the parameter count is that of the
-lab's model built from the folder's config (`coba_verl.lab.seeds.new_model`). Per seed, the
-least-squares slope of Δ AUC (and of Δ final) over log10(parameters) across the sizes; the
-study's slope is the mean of the per-seed slopes with its 95 % t-interval
-(docs/lab/sizes_design.md, "Trend test"). ``--beside`` folders are reported in the table, not in
-the slope. Prints a markdown table; ``--png`` draws Δ final and Δ AUC against the parameter
-count with their intervals, uniform's F̄ end beside each size.
+when seeds ran apart) holding uniform and the compared run (``--run``, default coba) on the same
+seeds; the parameter count is that of the lab's model built from the folder's config
+(`coba_verl.lab.seeds.new_model`). Per seed, the least-squares slope of Δ AUC (and of Δ final)
+over log10(parameters) across the sizes; the study's slope is the mean of the per-seed slopes with
+its 95 % t-interval (docs/lab/sizes_design.md, "Trend test"). ``--beside`` folders are reported in
+the table, not in the slope. Prints a markdown table; ``--png`` draws Δ final and Δ AUC against
+the parameter count with their intervals, uniform's F̄ end beside each size.
 """
 
 from __future__ import annotations
