@@ -143,10 +143,41 @@ def _entirely_below_zero(mean_half: tuple[float, float]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=_named, action="append", required=True, help="N=FOLDER")
+    p.add_argument("--png", type=Path, default=None, help="measure 1 against n, every run")
     args = p.parse_args(argv)
     text, data = tables(dict(args.n))
     sys.stdout.write(text + "\n" + pick(data) + "\n")
+    if args.png is not None:
+        _plot(data, args.png)
     return 0
+
+
+def _plot(data: dict[int, dict[str, dict]], png: Path) -> None:
+    """Rollouts generated per trained rollout, as a ratio to U's, against n: one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = sorted(data)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for k, lab in enumerate(lab for lab in NAMES if lab != "uniform" and any(lab in data[n] for n in ns)):
+        have = [n for n in ns if lab in data[n]]
+        mean = [data[n][lab]["ratio"][0] for n in have]
+        half = [0.0 if math.isnan(data[n][lab]["ratio"][1]) else data[n][lab]["ratio"][1] for n in have]
+        x = [n * (1 + 0.03 * (k - 3)) for n in have]  # spread the markers apart
+        ax.errorbar(x, mean, yerr=half, marker="o", capsize=3, label=NAMES[lab])
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(0.8, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("n (rollouts per prompt of uniform GRPO)")
+    ax.set_ylabel("rollouts generated per trained, / U's")
+    ax.set_title("Lab DAPO: generation to fill M x n, 5 seeds (95 % t)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
 
 
 if __name__ == "__main__":
