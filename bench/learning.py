@@ -32,10 +32,11 @@ from pathlib import Path
 
 import torch
 
-from coba_verl.lab.config import DEFAULT_SCENARIO, SCENARIOS, LabConfig
+from coba_verl.lab.config import LabConfig
 from coba_verl.lab.experiment import run_lab
 from coba_verl.lab.plots import PLOT_FILES
 from coba_verl.lab.report import LEGEND
+from coba_verl.lab.scenarios import DEFAULT_SCENARIO, SCENARIOS
 
 RUNS = "uniform,uniform@0.5,knapsack,coba,coba_release,coba@0.5"
 

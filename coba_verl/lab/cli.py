@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.lab.config import DEFAULT_SCENARIO, SCENARIOS, LabConfig, parse_run_label
+from coba_verl.lab.config import LabConfig, parse_run_label
+from coba_verl.lab.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from coba_verl.refusal import CobaRefusal
 
 __all__ = ["main", "build_parser"]

@@ -12,9 +12,10 @@ import yaml
 
 import coba_verl.lab.experiment as experiment
 from coba_verl.lab.cli import main
-from coba_verl.lab.config import SCENARIOS, LabConfig, parse_run_label
+from coba_verl.lab.config import LabConfig, parse_run_label
 from coba_verl.lab.experiment import read_metrics, run_lab
 from coba_verl.lab.plots import PLOT_FILES
+from coba_verl.lab.scenarios import SCENARIOS
 
 TINY = {
     "hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "warm_steps": 3, "warm_batch_size": 16,
