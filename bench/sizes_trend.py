@@ -3,14 +3,15 @@
     python bench/sizes_trend.py --size S1=runs/paper --size S2=runs/s2 --size S3=runs/s3 \
         --beside "S1x2=runs/paper_long" --png docs/lab/sizes/trend.png
 
-Each ``--size NAME=FOLDER[,FOLDER]`` is a lab run folder (``bench/learning.py --out``; several
-when seeds ran apart) holding uniform and the compared run (``--run``, default coba) on the same
-seeds; the parameter count is that of the lab's model built from the folder's config
-(`coba_verl.lab.seeds.new_model`). Per seed, the least-squares slope of Δ AUC (and of Δ final)
-over log10(parameters) across the sizes; the study's slope is the mean of the per-seed slopes with
-its 95 % t-interval (docs/lab/sizes_design.md, "Trend test"). ``--beside`` folders are reported in
-the table, not in the slope. Prints a markdown table; ``--png`` draws Δ final and Δ AUC against
-the parameter count with their intervals, uniform's F̄ end beside each size.
+Each ``--size NAME=FOLDER[,FOLDER][:STEPS]`` is a lab run folder (``bench/learning.py --out``;
+several when seeds ran apart; ``:STEPS`` reads its steps up to STEPS only) holding uniform and the
+compared run (``--run``, default coba) on the same seeds; the parameter count is that of the lab's
+model built from the folder's config (`coba_verl.lab.seeds.new_model`). Per seed, the
+least-squares slope of Δ AUC (and of Δ final) over log10(parameters) across the sizes; the study's
+slope is the mean of the per-seed slopes with its 95 % t-interval (docs/lab/sizes_design.md,
+"Trend test"). ``--beside`` folders are reported in the table, not in the slope. Prints a markdown
+table; ``--png`` draws Δ final and Δ AUC against the parameter count with their intervals,
+uniform's F̄ end beside each size.
 """
 
 from __future__ import annotations
@@ -33,30 +34,32 @@ from coba_verl.lab.seeds import new_model
 logger = logging.getLogger(__name__)
 
 
-def _named(text: str) -> tuple[str, list[Path]]:
+def _named(text: str) -> tuple[str, tuple[list[Path], int | None]]:
     name, eq, folders = text.partition("=")
-    if not eq or not name or not folders:
-        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=FOLDER[,FOLDER], e.g. S2=runs/s2")
-    return name, [Path(f) for f in folders.split(",")]
+    folders, colon, until = folders.partition(":")
+    if not eq or not name or not folders or (colon and not until.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=FOLDER[,FOLDER][:STEPS], e.g. S2=runs/s2")
+    return name, ([Path(f) for f in folders.split(",")], int(until) if colon else None)
 
 
-def _size(folders: list[Path], run: str) -> dict:
+def _size(where: tuple[list[Path], int | None], run: str) -> dict:
     """The folders' parameter count (the first's config), per-seed deltas of ``run`` and uniform's
     F̄ end; several folders of one size (seeds run apart) are read as one, a (run, seed, step)
     row read once."""
+    folders, until = where
     doc = json.loads((folders[0] / "config.json").read_text())
     cfg = LabConfig(**{k: v for k, v in doc["lab"].items() if k in LabConfig.__dataclass_fields__})
     seen: set[tuple] = set()
     rows = []
     for folder in folders:
         for r in read_metrics(folder):
-            if (r["run"], r["seed"], r["step"]) not in seen:
+            if (r["run"], r["seed"], r["step"]) not in seen and (until is None or r["step"] <= until):
                 seen.add((r["run"], r["seed"], r["step"]))
                 rows.append(r)
-    folder = ", ".join(map(str, folders))
+
     deltas = paired_deltas(rows, run)
     if not deltas:
-        raise SystemExit(f"{folder}: no seed has both uniform and {run!r}; run both there first.")
+        raise SystemExit(f"{folders}: no seed has both uniform and {run!r}; run both there first.")
     fbar = {r["run"]: r for r in regime(rows)}
     return {
         "params": sum(t.numel() for t in new_model(cfg, build_tokenizer(), 0).parameters()),
