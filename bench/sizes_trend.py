@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plot(sizes: dict[str, dict], beside: dict[str, dict], run: str, png: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,14 +127,16 @@ def _plot(sizes: dict[str, dict], beside: dict[str, dict], run: str, png: Path) 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharex=True)
     panels = (("d_final", "Δ final held-out accuracy"), ("d_auc", "Δ AUC"))
     for ax, (key, title) in zip(axes, panels, strict=True):
-        for group, marker in ((sizes, "o"), (beside, "s")):
+        for group, marker, shift, dy in ((sizes, "o", 1.0, 6), (beside, "s", 1.15, -22)):
             for name, s in group.items():
                 m, h = t_interval([x[key] for x in s["deltas"].values()])
-                ax.errorbar(s["params"], m, yerr=0 if math.isnan(h) else h, fmt=marker, capsize=4)
-                ax.annotate(f"{name}\nF̄ end {s['f_end']:.2f}", (s["params"], m), textcoords="offset points",
-                            xytext=(6, 6), fontsize=8)  # fmt: skip
+                x = s["params"] * shift  # a size reported beside sits just right of its twin
+                ax.errorbar(x, m, yerr=0 if math.isnan(h) else h, fmt=marker, capsize=4)
+                ax.annotate(f"{name}\nF̄ end {s['f_end']:.2f}", (x, m), textcoords="offset points",
+                            xytext=(6, dy), fontsize=8)  # fmt: skip
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("parameters")
         ax.set_title(f"{title}, {run} − uniform (95 % t)")
     fig.tight_layout()
