@@ -15,8 +15,9 @@ kept prompts by the same solve (within B_up); where the kept prompts cannot hold
 prompts with the highest chance come back until they can. A skipped prompt gives the tracker
 nothing: no outcome is invented for it.
 
-Used by the lab's DAPO (`coba_verl.lab.dapo.PromptStream`, run option ``+skip``); the study that
-measures it is docs/dapo_n16_design.md (change C-skip, amendment 1, item 4).
+Applied by `coba_verl.core.allocator.BudgetAllocator.allocate` when ``coba.skip_spread_below`` > 0
+(veRL's V1 sync trainer with DAPO, the lab's DAPO run option ``+skip``, `coba-verl plan`); the study
+that measures it is docs/dapo_n16_design.md (change C-skip, amendment 1, item 4).
 """
 
 from __future__ import annotations

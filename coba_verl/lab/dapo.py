@@ -77,7 +77,6 @@ class PromptStream:
         self._rest_ids = np.zeros(0, np.int64)
         self._rest_budgets = np.zeros(0, np.int64)
         self._rest_rounds = np.zeros(0, np.int64)
-        self.skipped = 0  # prompts of the rounds allocated so far given B_i = 0 (``coba.skip_spread_below``)
         self.drawn = 0  # prompts taken so far
         self.steps = 0  # `collect_dapo_step` calls so far (the step being collected, from 1)
         self.round_steps: list[int] = []  # round r was allocated in step round_steps[r]
@@ -92,12 +91,10 @@ class PromptStream:
             if self._rest_ids.size == 0:
                 round_ids = np.asarray(self._order(self.m), dtype=np.int64)
                 res = self.allocator.allocate(round_ids, self.total)
-                budgets_now = np.asarray(res.budgets, np.int64)
-                self.skipped += int(np.sum(budgets_now == 0))
                 self.allocations.append(res)
                 self.last_allocation = res
                 self.round_steps.append(self.steps)
-                self._rest_ids, self._rest_budgets = round_ids, budgets_now
+                self._rest_ids, self._rest_budgets = round_ids, np.asarray(res.budgets, np.int64)
                 self._rest_rounds = np.full(round_ids.size, len(self.round_steps) - 1, np.int64)
             j = min(k, self._rest_ids.size)
             ids.append(self._rest_ids[:j])
@@ -292,15 +289,16 @@ def collect_dapo_step(
     # With groups carried in, the first wave submits what they leave missing, at least one prompt
     # (so every step measures the policy it trains: F_t needs an outcome of this step).
     pending = m if not carried else min(m, max(1, math.ceil((target - have) / n)))
+    drawn_before = stream.drawn  # step.prompts = what the stream gave this step (put-backs returned)
     while pending > 0:
         ids, budgets = stream.take(pending)
         rounds = stream.last_rounds
-        step.prompts += int(ids.size)
         drawn = budgets > 0
         step.skipped += int(np.sum(~drawn))
         ids, budgets, rounds = ids[drawn], budgets[drawn], rounds[drawn]
         if size_waves and ids.size:
             ids, budgets, rounds = _size_wave(stream, step, ids, budgets, rounds, target - have, min_size)
+        step.prompts = stream.drawn - drawn_before
         evicted_now: list[Group] = []
         if ids.size:
             step.submissions += 1
@@ -414,5 +412,4 @@ def _size_wave(
     step.trimmed_rollouts += int(budgets[last]) - min(trimmed, int(budgets[last]))
     budgets[last] = min(trimmed, int(budgets[last]))
     stream.put_back(ids[last + 1 :], budgets[last + 1 :], rounds[last + 1 :])
-    step.prompts -= int(ids.size) - (last + 1)
     return ids[: last + 1], budgets[: last + 1], rounds[: last + 1]

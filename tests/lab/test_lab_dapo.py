@@ -170,7 +170,8 @@ def test_prompt_stream_continues_prompt_order() -> None:
     assert np.concatenate([nxt(7), nxt(13)]).tolist() == prompt_order(10, 4, 5, 3).reshape(-1).tolist()
 
 
-def test_dapo_run_rows_count_generated_and_trained_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+def count_observed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``[n]``: the rollouts every lab allocator's ``observe`` receives from now on (it still records)."""
     observed = [0]
     real = runner.BudgetAllocator.observe
 
@@ -179,10 +180,20 @@ def test_dapo_run_rows_count_generated_and_trained_rollouts(monkeypatch: pytest.
         return real(self, ids, scores, lengths)
 
     monkeypatch.setattr(runner.BudgetAllocator, "observe", spy)
-    cfg = LabConfig(
-        **TINY, runs=["coba"], n_train=10, n_eval=10, steps=6, prompts_per_step=5, rollouts_per_prompt=4,
+    return observed
+
+
+def tiny_dapo_config(label: str) -> LabConfig:
+    """A 6-step DAPO lab run of 5 prompts x 4 rollouts (M x n = 20) on the constant task."""
+    return LabConfig(
+        **TINY, runs=[label], n_train=10, n_eval=10, steps=6, prompts_per_step=5, rollouts_per_prompt=4,
         eval_every=6, eval_samples=1, lr=3e-3, dapo=True,
     )  # fmt: skip
+
+
+def test_dapo_run_rows_count_generated_and_trained_rollouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    observed = count_observed(monkeypatch)
+    cfg = tiny_dapo_config("coba")
     rows: list[dict] = []
     train_run(cfg, _constant_task_context(cfg), RunSpec("coba"), rows.append)
     for r in rows:

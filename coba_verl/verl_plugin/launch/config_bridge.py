@@ -213,10 +213,9 @@ def check_skip(config: DictConfig, cfg: CobaConfig) -> None:
     dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
     sync = bool(config.trainer.use_v1) and coba_mode(config.trainer.v1.trainer_mode) == COBA_MODES["sync"]
     if not (dapo and sync):
-        missing = "trainer.use_v1=true with trainer.v1.trainer_mode=sync" if not sync else ""
-        missing += (" and " if missing and not dapo else "") + (
-            "algorithm.filter_groups.enable=true" if not dapo else ""
-        )
+        needed = (("trainer.use_v1=true with trainer.v1.trainer_mode=sync", sync),
+                  ("algorithm.filter_groups.enable=true", dapo))  # fmt: skip
+        missing = " and ".join(setting for setting, met in needed if not met)
         raise CobaRefusal(
             f"coba.skip_spread_below={cfg.skip_spread_below} needs the V1 sync trainer with DAPO dynamic "
             f"sampling: a skipped prompt gets no rollouts, and only DAPO's counted sampling fills the step "
