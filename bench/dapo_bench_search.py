@@ -65,11 +65,17 @@ def verdict(diffs: np.ndarray) -> tuple[float, float, float, bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="~/data/coba/tiny_cpu", help="python -m coba_verl.arithmetic.tiny's output")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default="~/data/coba/tiny_cpu", help="python -m coba_verl.arithmetic.tiny's output"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--logs", nargs="+", type=Path, help="uniform runs' metrics.jsonl (or folders) to read instead")
+    parser.add_argument(
+        "--logs", nargs="+", type=Path, help="uniform runs' metrics.jsonl (or folders) to read instead"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (n, validation samples, lr, ...)")
     args = parser.parse_args()
     if args.logs and len(args.logs) < 2:
