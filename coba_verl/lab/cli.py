@@ -11,6 +11,7 @@ Examples::
     coba-verl lab --runs coba,coba+prior            # the tracker starts from k samples of the warm start
     coba-verl lab --scenario dapo                   # DAPO dynamic sampling: M x n rollouts with a spread
     coba-verl lab --scenario worked --runs uniform,coba,coba+token_budget   # a token budget
+    coba-verl lab --update-rows signal              # the update skips rows with zero advantage
 
 Every `LabConfig` field is a flag (``n_train`` -> ``--n-train``) whose help is the field's line of
 the `LabConfig` docstring; a flag left out takes the scenario's value.
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from coba_verl.core.config import CobaConfig
-from coba_verl.lab.config import LabConfig, parse_run_label
+from coba_verl.lab.config import UPDATE_ROWS, LabConfig, parse_run_label
 from coba_verl.lab.scenarios import DEFAULT_SCENARIO, SCENARIOS
 from coba_verl.refusal import CobaRefusal
 
@@ -39,6 +40,7 @@ __all__ = ["main", "build_parser"]
 logger = logging.getLogger("coba_verl.lab")
 
 _SPECIAL = ("scenario", "coba")  # flags written by hand below
+_CHOICES: dict[str, tuple[str, ...]] = {"update_rows": UPDATE_ROWS}  # flags whose values are listed
 
 
 def _default_cache() -> Path:
@@ -161,11 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
             else "; ".join(f"{k}: {v}" for k, v in values.items())
         )
         text = f"{helps.get(f.name, '')} [default {shown}]".replace("%", "%%")
+        choices = _CHOICES.get(f.name)
+        metavar = "A,B" if isinstance(default, (list, dict)) else type(default).__name__.upper()
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             type=_parser_for(f.name, default),
             default=None,
-            metavar=type(default).__name__.upper() if not isinstance(default, (list, dict)) else "A,B",
+            choices=choices,
+            metavar=None if choices else metavar,  # argparse lists the choices
             help=text,
         )
     p.add_argument(

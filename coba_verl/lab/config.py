@@ -13,7 +13,7 @@ from coba_verl.core.solvers import check_budget
 from coba_verl.lab.scenarios import SCENARIOS
 from coba_verl.refusal import CobaRefusal
 
-__all__ = ["LabConfig", "RunSpec", "parse_run_label"]
+__all__ = ["UPDATE_ROWS", "LabConfig", "RunSpec", "parse_run_label"]
 
 
 #: Run-label options after ``+``: ``prior``, the run's tracker starts from pass-rate priors;
@@ -60,6 +60,8 @@ class RunSpec:
 
 #: ``LabConfig.dapo_cut``: how a DAPO group cut to the remainder picks the sessions it keeps.
 DAPO_CUTS: tuple[str, ...] = ("random", "spread")
+#: ``LabConfig.update_rows``: the rows the GRPO update runs (`coba_verl.lab.grpo.grpo_update`'s ``rows``).
+UPDATE_ROWS: tuple[str, ...] = ("all", "signal")
 
 
 def parse_run_label(label: str) -> RunSpec:
@@ -193,6 +195,11 @@ class LabConfig:
         dapo_whole_only: Under ``dapo``, train whole ready groups only, oldest first while they fit,
             none cut (a counterfactual: the update may train fewer than M x n, the row's
             ``shortfall``).
+        update_rows: Rollouts the GRPO update runs: ``all`` (every one; the published pages' runs)
+            or ``signal`` (only those with a non-zero advantage, the loss still divided by the whole
+            mini-batch's token count: the same gradient up to float rounding, faster when many
+            groups' rewards are all equal; a ``signal`` run is therefore not bit-identical to an
+            ``all`` run; `coba_verl.lab.grpo.grpo_update`).
     """
 
     scenario: str = "hard"
@@ -231,6 +238,7 @@ class LabConfig:
     dapo_max_gen_batches: int = 10
     dapo_cut: str = "random"
     dapo_whole_only: bool = False
+    update_rows: str = "all"
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -255,6 +263,10 @@ class LabConfig:
                 raise CobaRefusal(f"{name}={getattr(self, name)} must be >= 0.")
         if self.dapo_cut not in DAPO_CUTS:
             raise CobaRefusal(f"dapo_cut={self.dapo_cut!r} is unknown; use one of {', '.join(DAPO_CUTS)}.")
+        if self.update_rows not in UPDATE_ROWS:
+            raise CobaRefusal(
+                f"update_rows={self.update_rows!r} is unknown; use one of {', '.join(UPDATE_ROWS)}."
+            )
         if self.prompts_per_step > self.n_train:
             raise CobaRefusal(
                 f"prompts_per_step={self.prompts_per_step} exceeds n_train={self.n_train}; "

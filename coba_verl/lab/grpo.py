@@ -17,7 +17,10 @@ Shapes: R rollouts (prompts repeated by their budgets B_i, so group sizes vary),
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +31,8 @@ from verl.workers.config.actor import PolicyLossConfig
 
 from coba_verl.arithmetic.model import response_logprobs
 from coba_verl.core.group_weight import check_group_weight, rollout_weights
+from coba_verl.lab.config import UPDATE_ROWS
+from coba_verl.refusal import CobaRefusal
 
 __all__ = ["RolloutBatch", "make_actor_config", "outcome_rewards", "zero_gradient_groups", "grpo_update"]
 
@@ -102,6 +107,7 @@ def grpo_update(
     *,
     grad_clip: float = 1.0,
     group_weight: str = "proportional",
+    rows: str = "all",
 ) -> dict[str, float]:
     """Advantages from veRL's GRPO estimator, then one pass of clipped policy-gradient mini-batches.
 
@@ -115,9 +121,42 @@ def grpo_update(
     each gets one optimiser step (veRL's ``ppo_epochs=1``). With one mini-batch the update is
     exactly on-policy (ratio 1); with several, later ones are clipped against the old policy.
 
+    ``rows`` picks the rows each mini-batch runs: ``all`` (every one) or ``signal`` (only those
+    whose advantage has a non-zero token, through the old log-prob pass too; then the prompt
+    columns that are padding in all of them and the response columns past their longest response
+    are cut). The gradient is the same: with m the response mask, N = sum_{i in mb, t} m_it
+    the mini-batch's valid tokens and S = {i in mb : A_i != 0}, the vanilla token-mean loss is
+
+        L = 1/N sum_{i in mb} sum_t m_it l_it,   l_it = max(-A_it r_it, -A_it clip(r_it)) (dual clip:
+                                                  min(., -A_it c) where A_it < 0),
+
+    and every branch of l_it is a multiple of A_it, so a row with A_i = 0 adds exactly 0 to L and to
+    its gradient: L = 1/N sum_{i in S} sum_t m_it l_it. ``signal`` computes that sum with N still the
+    whole mini-batch's count, handed to veRL's ``agg_loss`` through ``actor.global_batch_info``
+    (``batch_num_tokens``; ``global_batch_size`` and ``loss_scale_factor`` as well, for the
+    sequence-mean modes), restored afterwards. A mini-batch with S empty skips the forward pass but
+    still steps the optimiser on explicit zero gradients, so AdamW's weight decay, momentum and
+    step count move as under ``all`` (a ``None`` gradient would make AdamW skip the weights).
+    Mini-batches are the same R rows in the same order either way. Metrics: ``pg_loss``,
+    ``grad_norm`` and the clip fractions (0 on rows with A = 0, so the signal rows' means are
+    scaled by their share of the N tokens) are those of ``all``; ``ppo_kl`` is over the signal
+    rows only, averaged over the mini-batches that have any (NaN when none has). The result
+    equals ``all``'s up to float rounding (other batch shapes), not bit for bit; only veRL's
+    ``vanilla`` loss mode is accepted, the loss this argument is about.
+
     Returns:
         metrics under ``actor/...`` (loss, clip fractions, KL to the old policy, gradient norm).
+
+    Raises:
+        CobaRefusal: ``rows`` unknown, or ``signal`` with a loss mode other than ``vanilla``.
     """
+    if rows not in UPDATE_ROWS:
+        raise CobaRefusal(f"rows={rows!r} is unknown; use one of {', '.join(UPDATE_ROWS)}.")
+    if rows == "signal" and actor.policy_loss.loss_mode != "vanilla":
+        raise CobaRefusal(
+            f"rows='signal' with loss_mode={actor.policy_loss.loss_mode!r}: leaving out rows with a "
+            "zero advantage is exact for veRL's 'vanilla' clipped loss only; use rows='all'."
+        )
     rewards = outcome_rewards(batch.scores, batch.response_mask)  # (R, T)
     adv_fn = core_algos.get_adv_estimator_fn(core_algos.AdvantageEstimator.GRPO)
     advantages, _ = adv_fn(token_level_rewards=rewards, response_mask=batch.response_mask, index=batch.index)
@@ -128,6 +167,8 @@ def grpo_update(
     mask = batch.response_mask.float()
     r = len(batch.scores)
     mb = max(1, min(actor.ppo_mini_batch_size, r))
+    if rows == "signal":
+        return _signal_update(model, optimizer, batch, actor, advantages, loss_fn, mb=mb, grad_clip=grad_clip)
     with torch.no_grad():
         old_log_prob = (
             response_logprobs(
@@ -170,3 +211,101 @@ def grpo_update(
             sums[k] = sums.get(k, 0.0) + float(v)
     model.eval()
     return {k: v / n_mb for k, v in sums.items()}
+
+
+def _rows(batch: RolloutBatch, keep: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], int]:
+    """Rows ``keep`` (k,) of the batch as `response_logprobs` arguments, without the prompt columns
+    that are padding in all of them (left) and the response columns past their longest response:
+    both are masked, and the positions (`coba_verl.decoding.positions`) of the rest are unchanged.
+    Also returns the kept response width T'."""
+    p_mask, r_mask = batch.prompt_mask[keep], batch.response_mask[keep]  # (k, P), (k, T)
+    used = torch.nonzero(p_mask.any(0)).squeeze(-1)
+    first = min(int(used[0]) if len(used) else 0, p_mask.shape[1] - 1)
+    valid = torch.nonzero(r_mask.any(0)).squeeze(-1)
+    t = int(valid[-1]) + 1 if len(valid) else 1
+    ids = (
+        batch.prompt_ids[keep][:, first:],
+        p_mask[:, first:],
+        batch.response_ids[keep][:, :t],
+        r_mask[:, :t],
+    )
+    return ids, t
+
+
+@contextmanager
+def _normalised_by(actor: ActorConfig, **normalisers: Any) -> Iterator[None]:
+    """``actor.global_batch_info`` (what veRL's ``agg_loss`` divides by; veRL's ``ppo_loss`` sets it
+    in place per micro-batch) with ``normalisers`` where it sets none, as it was afterwards."""
+    info = actor.global_batch_info
+    saved = dict(info)
+    info.update({k: v for k, v in normalisers.items() if saved.get(k) is None})
+    try:
+        yield
+    finally:
+        info.clear()
+        info.update(saved)
+
+
+def _signal_update(
+    model: Qwen2ForCausalLM,
+    optimizer: torch.optim.Optimizer,
+    batch: RolloutBatch,
+    actor: ActorConfig,
+    advantages: torch.Tensor,
+    loss_fn: Callable[..., tuple[torch.Tensor, dict[str, Any]]],
+    *,
+    mb: int,
+    grad_clip: float,
+) -> dict[str, float]:
+    """`grpo_update` with ``rows="signal"``: its mini-batches, each run on its rows with A != 0."""
+    mask = batch.response_mask.float()  # (R, T)
+    r = mask.shape[0]
+    signal = torch.nonzero((advantages != 0).any(-1)).squeeze(-1)  # (k,) rows with a gradient
+    old_log_prob = None
+    if mb < r and len(signal):
+        with torch.no_grad():
+            ids, t = _rows(batch, signal)
+            old_log_prob = mask.new_zeros(mask.shape)  # (R, T), filled on the signal rows only
+            old_log_prob[signal, :t] = response_logprobs(model, *ids)
+    model.train()
+    clip_keys = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower")
+    sums = dict.fromkeys((*clip_keys, "actor/pg_loss", "actor/grad_norm"), 0.0)
+    kl, n_kl, n_mb = 0.0, 0, 0
+    for start in range(0, r, mb):
+        sl = slice(start, min(start + mb, r))
+        keep = signal[(signal >= sl.start) & (signal < sl.stop)]  # (k_mb,)
+        optimizer.zero_grad(set_to_none=True)
+        if len(keep):
+            ids, t = _rows(batch, keep)
+            log_prob = response_logprobs(model, *ids)  # (k_mb, T')
+            old = log_prob.detach() if old_log_prob is None else old_log_prob[keep, :t]
+            tokens = mask[sl].sum()  # N: the whole mini-batch's valid tokens, as `all` divides by
+            with _normalised_by(
+                actor,
+                batch_num_tokens=tokens,
+                global_batch_size=(mask[sl].sum(-1) > 0).float().sum(),
+                loss_scale_factor=mask.shape[1],
+            ):
+                pg_loss, pg_metrics = loss_fn(
+                    old_log_prob=old,
+                    log_prob=log_prob,
+                    advantages=advantages[keep, :t],
+                    response_mask=mask[keep, :t],
+                    loss_agg_mode=actor.loss_agg_mode,
+                    config=actor,
+                )
+            pg_loss.backward()
+            share = float(mask[keep, :t].sum() / tokens)
+            for k in clip_keys:
+                sums[k] += float(pg_metrics.get(k, 0.0)) * share
+            sums["actor/pg_loss"] += float(pg_loss.detach())
+            kl, n_kl = kl + float(pg_metrics.get("actor/ppo_kl", 0.0)), n_kl + 1
+        else:  # all advantages 0: the gradient `all` computes is exactly 0, not absent
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+        sums["actor/grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+        optimizer.step()
+        n_mb += 1
+    model.eval()
+    return {**{k: v / n_mb for k, v in sums.items()}, "actor/ppo_kl": kl / n_kl if n_kl else float("nan")}

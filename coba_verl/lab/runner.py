@@ -299,7 +299,7 @@ def train_run(
         if out.batch is not None:
             upd = grpo_update(
                 model, optimizer, out.batch, actor_for(trained), grad_clip=cfg.grad_clip,
-                group_weight=coba_cfg.group_weight,
+                group_weight=coba_cfg.group_weight, rows=cfg.update_rows,
             )  # fmt: skip
         t_update = time.perf_counter() - t2
         counts["rollouts"] += trained
