@@ -97,6 +97,7 @@ def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl()
     assert len(out) < 50
     for f in dataclasses.fields(CobaConfig):
         default = "null" if f.default is None else str(f.default)
+        default = default.lower() if isinstance(f.default, bool) else default  # as the yaml spells it
         assert any(
             line.split()[0] == f"coba.{f.name}={default}" for line in out if line.startswith("  coba.")
         ), f
@@ -131,7 +132,6 @@ def test_coba_keys_follow_cobaconfig_fields_in_order():
     assert [k for k, _, _ in cli.coba_keys()] == [f.name for f in dataclasses.fields(CobaConfig)]
 
 
-
 def test_a_command_whose_extra_is_missing_names_the_extra(monkeypatch, capsys):
     import importlib.util
 
@@ -151,7 +151,7 @@ def test_estimate_hands_its_flags_to_itself_and_the_rest_to_hydra(monkeypatch, t
     monkeypatch.setattr(sys, "argv", ["coba-verl"])
     out = tmp_path / "priors.jsonl"
     assert cli.main(["estimate", "--output", str(out), "--cpu", "--samples", "3", "coba.kappa=7"]) == 0
-    (request, argv), = seen
+    ((request, argv),) = seen
     assert (request.output, request.samples) == (out, 3)
     assert argv == ["coba-verl estimate", "+coba_cpu=cpu", "coba.kappa=7"]
 

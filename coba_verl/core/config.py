@@ -87,6 +87,23 @@ def require_no_skip(config: CobaConfig, framework: str, setting: str = "coba.ski
         )
 
 
+def require_no_size_refills(config: CobaConfig, framework: str, setting: str = "coba.size_refills") -> None:
+    """Refuse C-size (``size_refills``) in a trainer without DAPO-style refills to size.
+
+    Only veRL's V1 sync trainer under DAPO dynamic sampling submits a step's prompts in several
+    submissions that can be sized to the rollouts still missing; elsewhere a round is generated whole.
+
+    Raises:
+        ValueError: naming ``setting``, its value and the framework.
+    """
+    if config.size_refills:
+        raise CobaRefusal(
+            f"{setting}={config.size_refills} is not supported in {framework}: it sizes DAPO's refills to "
+            "the rollouts a step still misses, and a round there is generated whole. Set it to false, or "
+            "use veRL's V1 sync trainer with DAPO dynamic sampling (algorithm.filter_groups.enable=true)."
+        )
+
+
 def _shown(value: Any) -> str:
     """``'40' (str)``: the repr and the type, so that a string never reads as a number."""
     return f"{value!r} ({type(value).__name__})"
@@ -253,6 +270,13 @@ class CobaConfig:
             (which reads no pass rate) nor a token budget.
         skip_explore: Chance that a prompt due to be skipped is drawn anyway, so its pass rate is
             still measured (seeded by the round and the prompt id).
+        size_refills: C-size under DAPO dynamic sampling (docs/dapo_n16_design.md, amendment 1,
+            item 6): each submission of a step (its first batch, each refill) is trimmed, in
+            submission order, to the sessions the step still misses (M x n minus those ready and
+            those in flight); the last prompt keeps max(``min_rollouts``, what is left), and the
+            prompts beyond wait, with their allocated budgets, for the next submission. False
+            (default): off. Offered to every strategy (uniform's budgets n are trimmed too). The
+            lab measured it (docs/lab/dapo_changes.md). veRL's V1 sync trainer with DAPO only.
 
     Raises:
         ValueError: an unknown strategy, solver or group_weight; a knob outside its range (the message names
@@ -282,6 +306,7 @@ class CobaConfig:
     cut_sessions: str = "auto"
     skip_spread_below: float = 0.0
     skip_explore: float = 0.1
+    size_refills: bool = False
 
     #: ``stacklevel`` of the ignored-knob warning: 1 is __post_init__, 2 the generated __init__,
     #: 3 the line that built the config.
@@ -357,6 +382,10 @@ class CobaConfig:
                 "the skip re-spends a round's rollouts, which a token budget does not fix. Set one of them "
                 f"back ({name('skip_spread_below')}=0 or {name('budget_unit')}=rollouts)."
             )
+        if not isinstance(self.size_refills, (bool, np.bool_)):
+            shown = _shown(self.size_refills)
+            raise CobaTypeRefusal(f"{name('size_refills')}={shown} must be true or false.")
+        self.size_refills = bool(self.size_refills)
         for key in ("prior_field", "prior_file"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):

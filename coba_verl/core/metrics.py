@@ -28,6 +28,8 @@ The veRL trainer adds what the step generated and trained (docs/verl.md, "What a
                                                       rows, mini-batches x ppo_epochs
     evicted_groups, evicted_rollouts, cut_rollouts, failed_rollouts   generated, not trained
     in_flight_rollouts                                submitted, no fate yet (async trainers)
+    trimmed_rollouts                                  allocated, never generated: cut from the budgets
+                                                      of this step's submissions (``size_refills``)
     versions_behind_mean/_max, evicted_budget_mean    staleness of what was trained; B_i evicted
     F_bar_newest_version                              the newest policy version F_bar averages
     versions_held_open                                versions F_bar waits for (bounded by staleness)

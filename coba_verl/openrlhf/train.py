@@ -35,9 +35,17 @@ from coba_verl.refusal import exit_on_refusal
 __all__ = ["main", "parse_coba_flags"]
 
 
+def _boolean(text: str) -> bool:
+    """``true`` / ``false`` (any case) of a bool flag such as ``--coba.size_refills``."""
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
 def _parser_for(annotation: str):
-    """The argparse ``type`` of a `CobaConfig` field from its annotation: ``float | None`` takes ``none``."""
-    base = {"int": int, "float": float}.get(annotation.split("|")[0].strip(), str)
+    """The argparse ``type`` of a `CobaConfig` field from its annotation: ``float | None`` takes ``none``,
+    ``bool`` takes ``true`` / ``false``."""
+    base = {"int": int, "float": float, "bool": _boolean}.get(annotation.split("|")[0].strip(), str)
     if "None" not in annotation:
         return base
     return lambda text: None if text.lower() in ("none", "null") else base(text)

@@ -261,6 +261,11 @@ class RolloutLedger:
         """Sessions submitted and not yet given a fate."""
         return sum(group.in_flight for group in self.groups.values())
 
+    def budget_of(self, uid: str) -> int | None:
+        """The budget B_i of open group ``uid``; None when it is not open."""
+        group = self.groups.get(uid)
+        return None if group is None else group.budget
+
     def prompt_of(self, uid: str) -> int:
         """The tracker id of open group ``uid``."""
         return self.groups[uid].prompt_id

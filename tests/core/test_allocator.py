@@ -138,6 +138,8 @@ def test_config_from_mapping_rejects_unknown_keys():
         ({"min_rollouts": "2"}, TypeError, "coba.min_rollouts='2' (str) must be an integer."),
         ({"window": 1.5}, ValueError, "coba.window=1.5 (float) must be an integer."),
         ({"static_alpha": 0.5}, ValueError, "coba.static_alpha=0.5, coba.static_beta=9.0 must both be >= 1"),
+        ({"size_refills": "yes"}, TypeError, "coba.size_refills='yes' (str) must be true or false."),
+        ({"size_refills": 1}, TypeError, "coba.size_refills=1 (int) must be true or false."),
     ],
 )
 def test_config_errors_show_the_value_repr_and_type(kwargs, error, message):

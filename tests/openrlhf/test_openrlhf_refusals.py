@@ -62,6 +62,7 @@ def refusal(orl, tiny_run, tmp_path, capsys, extra: list[str]) -> str:
         (["--coba.prior_file", "no.jsonl"], "--coba.prior_file='no.jsonl' does not exist", "estimate"),
         (["--coba.budget_unit", "tokens"], "--coba.budget_unit='tokens'", "not supported in OpenRLHF"),
         (["--coba.skip_spread_below", "0.1"], "--coba.skip_spread_below=0.1", "not supported in OpenRLHF"),
+        (["--coba.size_refills", "true"], "--coba.size_refills=True", "not supported in OpenRLHF"),
     ],
 )
 def test_refused_settings_name_the_flag(orl, tiny_run, tmp_path, capsys, extra, flag, why):

@@ -30,6 +30,7 @@ from coba_verl.trl import CobaGRPOTrainer
         ),
         ({}, dict(budget_unit="tokens"), r"budget_unit='tokens' is not supported in TRL's GRPOTrainer"),
         ({}, dict(skip_spread_below=0.1), r"skip_spread_below=0.1 is not supported in TRL's GRPOTrainer"),
+        ({}, dict(size_refills=True), r"CobaConfig.size_refills=True is not supported in TRL's GRPOTrainer"),
     ],
 )
 def test_refuses_grpo_configs_under_which_budgets_cannot_work(

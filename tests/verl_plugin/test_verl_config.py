@@ -47,9 +47,13 @@ NON_DEFAULT_OVERRIDES = {
     "cut_sessions": ("spread", "spread"),
     "skip_spread_below": ("0.2", 0.2),
     "skip_explore": ("0.3", 0.3),
+    "size_refills": ("true", True),
 }
-#: Fields set in a config of their own: the skip needs DAPO, which the token budget above refuses.
-APART = {"skip_spread_below": ("algorithm.filter_groups.enable=true",)}
+#: Fields set in a config of their own: the skip and C-size need DAPO, which the token budget above refuses.
+APART = {
+    "skip_spread_below": ("algorithm.filter_groups.enable=true",),
+    "size_refills": ("algorithm.filter_groups.enable=true",),
+}
 
 
 def test_coba_yaml_mirrors_cobaconfig_keys_and_defaults():
@@ -334,6 +338,41 @@ def test_the_skip_passes_in_the_v1_sync_trainer_with_dapo(base_1x8):
     OmegaConf.update(config, "coba.skip_spread_below", 0.1, force_add=True)
     OmegaConf.update(config, "algorithm.filter_groups.enable", True, force_add=True)
     assert prepare_config(config).skip_spread_below == 0.1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({}, r"Set algorithm.filter_groups.enable=true, or coba.size_refills=false\."),
+        (
+            {"algorithm.filter_groups.enable": True, "trainer.v1.trainer_mode": "colocate_async"},
+            r"Set trainer.use_v1=true with trainer.v1.trainer_mode=sync, or coba.size_refills=false\.",
+        ),
+        (
+            {"trainer.use_v1": False},
+            r"with trainer.v1.trainer_mode=sync and algorithm.filter_groups.enable=true, or",
+        ),
+    ],
+)
+def test_size_refills_is_refused_outside_the_v1_sync_trainer_with_dapo(base_1x8, overrides, message):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.size_refills", True, force_add=True)
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value, force_add=True)
+    with pytest.raises(ValueError, match=r"coba.size_refills=true needs the V1 sync trainer with DAPO"):
+        prepare_config(config)
+    with pytest.raises(ValueError, match=message):
+        prepare_config(config)
+
+
+@pytest.mark.parametrize("strategy", ["coba", "uniform"])
+def test_size_refills_passes_in_the_v1_sync_trainer_with_dapo_for_any_strategy(base_1x8, strategy):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.size_refills", True, force_add=True)
+    OmegaConf.update(config, "coba.strategy", strategy, force_add=True)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True, force_add=True)
+    coba = prepare_config(config)
+    assert coba.size_refills is True and coba.strategy == strategy
 
 
 # ---------------------------------------------------------------- veRL's asynchronous trainers at start

@@ -917,6 +917,95 @@ def test_skipped_prompts_are_never_submitted_and_every_update_still_trains_m_tim
         assert dapo_skip.logged[step]["coba/rollouts"] == dapo_skip.logged[step]["coba/rollouts_generated"]
 
 
+@pytest.fixture(scope="module")
+def dapo_sized(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    """DAPO with C-size (``coba.size_refills``): each submission sized to the sessions still missing."""
+    root = tmp_path_factory.mktemp("dapo_sized")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trainer, manager = fit(
+            loop_config(small_config, root / "ckpt", *DAPO, "coba.size_refills=true", "trainer.save_freq=1"),
+            tiny_tokenizer,
+            transfer_queue,
+            root / "metrics.jsonl",
+            monkeypatch,
+        )
+    logged = logged_steps(root / "metrics.jsonl")
+    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+
+
+def test_size_refills_submits_no_more_than_the_sessions_missing_and_still_trains_m_times_n(dapo_sized):
+    """The scripted engine finishes each submission before the buffer looks again, so before every
+    submission the slots are M x n minus the sessions of the step's groups with a reward spread: each
+    submission fills them, overshooting only with a last prompt of B_low sessions. So a step generates
+    M x n, plus the groups DAPO's filter evicts, plus at most B_low - 1 (cut), and no surplus group."""
+    target, low = PROMPTS_PER_STEP * ROLLOUT_N, dapo_sized.trainer.coba_config.min_rollouts
+    submissions = dapo_sized.manager.submissions
+    for step in range(1, STEPS + 1):
+        ready = filtered = 0
+        for s in (s for s in submissions if s["step"] == step):
+            budgets, slots = s["budgets"], target - ready
+            assert slots > 0 and sum(budgets[:-1]) < slots, (step, s)  # every prompt had a slot
+            assert sum(budgets) <= slots or budgets[-1] == low, (step, s)  # overshoot: a last B_low
+            for index, budget in zip(s["index"], budgets, strict=True):
+                scores = {scripted_reward(index, session, step) for session in range(budget)}
+                ready += budget if len(scores) > 1 else 0
+                filtered += 0 if len(scores) > 1 else budget
+        data = dapo_sized.logged[step]
+        assert data["coba/rollouts_generated"] == target + filtered + data["coba/cut_rollouts"], step
+        assert data["coba/cut_rollouts"] <= low - 1 and data["coba/evicted_rollouts"] == filtered, step
+        assert data.get("training/filter_groups/discarded_surplus_samples", 0) == 0, step
+        assert data["coba/rollouts"] == data["coba/rollouts_generated"]  # only generated sessions scored
+    updates = [update_cost(u) for u in dapo_sized.trainer.actor_rollout_wg.updates]
+    assert [sessions for sessions, _, _ in updates] == [target] * STEPS
+    assert_every_step_balances(dapo_sized.logged)
+
+
+def test_size_refills_puts_prompts_back_in_their_round_and_counts_the_trimmed_rollouts(dapo_sized):
+    """Submitted prompts, then the round's rest, still come in rounds of M drawn in order; every
+    allocated rollout was generated, trimmed (``coba/trimmed_rollouts``) or waits in the rest."""
+    submissions = dapo_sized.manager.submissions
+    rounds = rounds_of(submissions)
+    rest = dapo_sized.trainer.train_dataloader.round_rest
+    if rest is not None:
+        rounds[-1] += list(zip(map(int, rest["index"]), rest["__rollout_n__"].tolist(), strict=True))
+    assert len(rounds[-1]) == PROMPTS_PER_STEP and all(len(drawn) == PROMPTS_PER_STEP for drawn in rounds)
+    trimmed = [dapo_sized.logged[step]["coba/trimmed_rollouts"] for step in range(1, STEPS + 1)]
+    assert sum(trimmed) > 0
+    allocated = len(rounds) * PROMPTS_PER_STEP * ROLLOUT_N
+    assert sum(budget for drawn in rounds for _, budget in drawn) + sum(trimmed) == allocated
+    loader = dapo_sized.trainer.train_dataloader  # the tracker saw exactly the sessions generated
+    successes: Counter = Counter()
+    rollouts: Counter = Counter()
+    for s in submissions:
+        for index, budget in zip(s["index"], s["budgets"], strict=True):
+            successes[index] += sum(scripted_reward(index, session, s["step"]) for session in range(budget))
+            rollouts[index] += budget
+    indices = sorted(rollouts)
+    got = loader.allocator.tracker.pass_rates(loader.prompt_ids.ids(indices))
+    np.testing.assert_allclose(got, [successes[i] / rollouts[i] for i in indices])
+
+
+def test_size_refills_resume_submits_the_prompts_put_back_with_their_budgets(
+    dapo_sized, transfer_queue, small_config, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """A step that put prompts back leaves them in data.pt's round rest: the resumed run submits
+    what the uninterrupted one did, the same prompts with the same (trimmed) budgets."""
+
+    def round_rest(step: int):
+        state = torch.load(dapo_sized.ckpt / f"global_step_{step}" / "data.pt", weights_only=False)
+        return state[STATE_KEY]["extra"]["round_rest"]
+
+    resume_step = next(step for step in range(2, STEPS) if round_rest(step) is not None)
+    config = loop_config(
+        small_config, dapo_sized.ckpt, *DAPO, "coba.size_refills=true", "trainer.resume_mode=resume_path",
+        "trainer.save_freq=-1", f"trainer.resume_from_path={dapo_sized.ckpt / f'global_step_{resume_step}'}",
+    )  # fmt: skip
+    _, manager = fit(config, tiny_tokenizer, transfer_queue, tmp_path / "metrics.jsonl", monkeypatch)
+    resumed = [(s["step"], s["index"], s["budgets"]) for s in manager.submissions]
+    expected = [(s["step"], s["index"], s["budgets"]) for s in dapo_sized.manager.submissions]
+    assert resumed == [submission for submission in expected if submission[0] > resume_step]
+
+
 def test_dapo_sessions_cut_from_a_trained_group_reach_the_tracker_not_the_update(dapo):
     """Every generated session is observed once (trained, evicted or cut); cut ones are never trained."""
     for step in range(1, STEPS + 1):

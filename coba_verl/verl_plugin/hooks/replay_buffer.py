@@ -15,6 +15,7 @@ surviving groups, not M x n. With ``rollouts_per_prompt`` set, `sample` counts r
 it waits (refilling as veRL does, plus a refill for the rollouts still missing when nothing is in
 flight) until the ready groups hold M x n sessions, then trains the groups `select_to_budget`
 picks, one or two of them cut; the sessions cut away go to ``on_trim`` before they are cleared.
+With ``coba.size_refills`` each refill is sized to the sessions still missing (`refill_sizing`).
 Validation, and runs without DAPO or failed-group refill, use veRL's `sample` unchanged.
 
 `CobaReplayBufferAsync` does the same for veRL's asynchronous buffer (``colocate_async``), whose
@@ -83,6 +84,7 @@ from coba_verl.core.trained_budget import (
     sessions_to_keep,
 )
 from coba_verl.framework_api import constructor_arguments, mismatch
+from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
 from coba_verl.verl_plugin.hooks.sessions import final_outputs, sessions_of, uid_of
 from coba_verl.verl_plugin.hooks.verl_guards import VERL_CALLED, verl_changes
 
@@ -333,13 +335,23 @@ class CobaBufferHooks:
 
 
 class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
-    """veRL's sync `ReplayBuffer` with the CoBA hooks; under DAPO with budgets, M x n rollouts a step."""
+    """veRL's sync `ReplayBuffer` with the CoBA hooks; under DAPO with budgets, M x n rollouts a step.
+
+    ``sizer`` (``coba.size_refills``, `refill_sizing.RefillSizer`): each refill is sized to the
+    session slots left (`_refill`); kept only where `counts_rollouts`, else None (with a warning).
+    """
 
     VERL_REIMPLEMENTED = (
         "ReplayBuffer.sample",
         "ReplayBuffer._terminal_eviction_reasons",
         "ReplayBuffer._select_prompt_uids",
     )
+
+    def __init__(self, *args: Any, sizer: RefillSizer | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sizer = sizer if sizer is not None and self.counts_rollouts("train") else None
+        if sizer is not None and self.sizer is None:
+            logger.warning("coba.size_refills: this buffer samples by groups, so its refills are not sized")
 
     # ------------------------------------------------------------------ rollout-counted sampling
     def counts_rollouts(self, partition_id: str) -> bool:
@@ -401,8 +413,7 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
                 if credit == 0 and inflight == 0:
                     credit = math.ceil((target - ready_sessions) / self.rollouts_per_prompt)
                 dispatch = min(credit, max(0, max_inflight - inflight))
-                if dispatch > 0:
-                    self.refill_fn(dispatch)
+                if dispatch > 0 and self._refill(partition_id, dispatch, target, ready_sessions):
                     credit -= dispatch
                     watch.refilled += dispatch
                     continue
@@ -413,3 +424,18 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
                     eviction_metrics[key] = eviction_metrics.get(key, 0) + surplus
                 return batch, eviction_metrics
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)
+
+    def _refill(self, partition_id: str, prompts: int, target: int, ready_sessions: int) -> bool:
+        """Submit ``prompts`` refill prompts (``refill_fn``). With a ``sizer`` (``coba.size_refills``)
+        they are sized to the slots left, ``target`` - ready sessions - budgets in flight; with none
+        left nothing is submitted (False: wait for the groups in flight)."""
+        if self.sizer is None:
+            self.refill_fn(prompts)
+            return True
+        in_flight = self.pending_keys[partition_id] | self.running_keys[partition_id]
+        slots = self.sizer.slots_left(target, ready_sessions, in_flight)
+        if slots <= 0:
+            return False
+        with self.sizer.submitting(slots):
+            self.refill_fn(prompts)
+        return True

@@ -16,7 +16,8 @@ original, and ``fit()`` is veRL's own (`check_verl_api` checks them at import, f
                              = B`` (int64), which veRL's ``AgentLoopWorkerTQ._run_prompt`` reads as
                              n per prompt. A submission (one per step, plus DAPO's refills of any
                              size) takes the next prompts of the current round, so every round
-                             spends exactly M * rollout.n rollouts however it is submitted.
+                             spends exactly M * rollout.n rollouts however it is submitted (with
+                             ``coba.size_refills``, less what `refill_sizing` trims).
 ``_submit_batch_to_rollout`` remembers each submitted group's (tracker id, B_i), then submits.
 ``_compute_advantage``       veRL's GRPO advantage over the variable groups (grouped by uid); with
                              ``coba.group_weight=equal`` each session's advantage times
@@ -92,6 +93,7 @@ from coba_verl.verl_plugin.hooks.advantage import (
 from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.hooks.progress import ProgressLines
+from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
 from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, CobaReplayBuffer
 from coba_verl.verl_plugin.hooks.session_fates import SessionFates
 from coba_verl.verl_plugin.hooks.sessions import final_outputs
@@ -123,6 +125,7 @@ HELD_OPEN_LIMIT = 8
 
 #: veRL's own replay buffer classes and the CoBA one each is rebuilt as (same constructor arguments).
 COBA_BUFFERS: dict[type, type] = {ReplayBuffer: CobaReplayBuffer, ReplayBufferAsync: CobaReplayBufferAsync}
+
 
 class CobaBudgets(SessionFates):
     """CoBA-RL rollout budgets for a veRL V1 trainer: the methods of the module docstring, mixed in
@@ -194,15 +197,21 @@ class CobaBudgets(SessionFates):
                 type(buffer).__name__,
             )
             return buffer
-        counted = self.coba_config.strategy != "uniform"  # uniform keeps veRL's own selection
+        # uniform keeps veRL's own selection, unless its refills are sized (coba.size_refills)
+        counted = self.coba_config.strategy != "uniform" or self.coba_config.size_refills
+        rollout_n = int(self.config.actor_rollout_ref.rollout.n)
+        sized = {}
+        if self.coba_config.size_refills and coba_class is CobaReplayBuffer:
+            sized["sizer"] = RefillSizer(self.coba_config.min_rollouts, self.ledger.budget_of, rollout_n)
         return coba_class.like(
             buffer,
             on_clear=self._observe_cleared,
-            rollouts_per_prompt=int(self.config.actor_rollout_ref.rollout.n) if counted else None,
+            rollouts_per_prompt=rollout_n if counted else None,
             min_group_size=self.coba_config.min_rollouts,
             on_trim=self._observe_trimmed,
             cut_sessions=self.coba_config.cut_sessions,
             cut_seed=int(self.config.data.get("seed", 0) or 0),
+            **sized,
         )
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
@@ -211,7 +220,8 @@ class CobaBudgets(SessionFates):
         Prompts are drawn and allocated a round of M = ``data.train_batch_size`` at a time; the
         round's unsubmitted rest waits in the dataloader (and in its checkpoint state) for the
         next submission, which is how DAPO's refills of k prompts belong to the round they are
-        drawn in.
+        drawn in. With ``coba.size_refills`` the prompts are sized to the session slots the step
+        has left (`RefillSizer.size`), the ones not submitted going back to the round's rest.
         """
         m = int(self.config.data.train_batch_size)
         wanted = m if num_prompts is None else int(num_prompts)
@@ -227,6 +237,9 @@ class CobaBudgets(SessionFates):
             loader.round_rest = tu.index_select_tensor_dict(drawn, rest) if rest else None
             wanted -= take
         batch = parts[0] if len(parts) == 1 else tu.concat_tensordict(parts)
+        sizer = getattr(self.replay_buffer, "sizer", None)
+        if sizer is not None:
+            batch = sizer.size(batch, loader, m * int(self.config.actor_rollout_ref.rollout.n))
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return batch
 
@@ -300,6 +313,9 @@ class CobaBudgets(SessionFates):
         else:  # a DAPO step that only submitted the rest of an earlier round
             metrics.update(tracker_metrics)
         metrics[PREFIX + "rounds"] = float(len(self._allocations))
+        sizer = getattr(self.replay_buffer, "sizer", None)
+        if sizer is not None:  # allocated rollouts of this step's submissions never generated
+            metrics[PREFIX + "trimmed_rollouts"] = float(sizer.pop_trimmed())
         metrics.update(ledger_metrics(tally))
         for name in COST_COUNTS:
             metrics[PREFIX + name] = float(self._cost[name])

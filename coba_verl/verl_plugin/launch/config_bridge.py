@@ -77,7 +77,9 @@ def check_config(config: DictConfig) -> CobaConfig:
             > 1``; an asynchronous mode's settings that veRL would stop on inside Ray, or SGLang there
             (`check_verl_start`); a non-GRPO advantage estimator; ``coba.group_weight=equal``
             with a ``loss_agg_mode`` `GROUP_WEIGHT_MODES` does not know; a budget train_batch_size
-            * rollout.n that no allocation within [min_rollouts, max_rollouts] can spend.
+            * rollout.n that no allocation within [min_rollouts, max_rollouts] can spend;
+            ``coba.skip_spread_below`` > 0 or ``coba.size_refills=true`` outside the V1 sync trainer
+            with DAPO (`check_skip`, `check_size_refills`).
             `CobaConfig` itself refuses bad ``coba.*`` values (e.g. ``coba.min_rollouts < 2``).
     """
     checked_before = bool(OmegaConf.select(config, CHECKED_KEY, default=False))
@@ -113,6 +115,7 @@ def _refusals(config: DictConfig) -> CobaConfig:
         check_v1_sessions_differ(config)
     check_budget_unit(config, cfg)
     check_skip(config, cfg)
+    check_size_refills(config, cfg)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in SUPPORTED_ADV_ESTIMATORS:
         raise CobaRefusal(
@@ -173,7 +176,6 @@ def check_v1_mode(config: DictConfig) -> None:
         )
 
 
-
 def check_v1_sessions_differ(config: DictConfig) -> None:
     """Refuse ``rollout.full_determinism=true`` in V1, where it makes every group zero-variance.
 
@@ -210,17 +212,45 @@ def check_skip(config: DictConfig, cfg: CobaConfig) -> None:
     """
     if cfg.skip_spread_below <= 0:
         return
-    dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
-    sync = bool(config.trainer.use_v1) and coba_mode(config.trainer.v1.trainer_mode) == COBA_MODES["sync"]
-    if not (dapo and sync):
-        needed = (("trainer.use_v1=true with trainer.v1.trainer_mode=sync", sync),
-                  ("algorithm.filter_groups.enable=true", dapo))  # fmt: skip
-        missing = " and ".join(setting for setting, met in needed if not met)
+    missing = missing_for_sync_dapo(config)
+    if missing:
         raise CobaRefusal(
             f"coba.skip_spread_below={cfg.skip_spread_below} needs the V1 sync trainer with DAPO dynamic "
             f"sampling: a skipped prompt gets no rollouts, and only DAPO's counted sampling fills the step "
             f"without it. Set {missing}, or coba.skip_spread_below=0."
         )
+
+
+def check_size_refills(config: DictConfig, cfg: CobaConfig) -> None:
+    """Refuse ``coba.size_refills=true`` outside the V1 sync trainer with DAPO dynamic sampling.
+
+    C-size (docs/dapo_n16_design.md, amendment 1, item 6) trims the sync trainer's submissions under
+    DAPO, its first batch and its refills, to the sessions a step still misses
+    (`coba_verl.verl_plugin.hooks.refill_sizing`). Without DAPO there is no refill, and the classic
+    and asynchronous trainers generate rounds whole or across steps.
+
+    Raises:
+        ValueError: naming the key, its value and the setting that is missing.
+    """
+    if not cfg.size_refills:
+        return
+    missing = missing_for_sync_dapo(config)
+    if missing:
+        raise CobaRefusal(
+            f"coba.size_refills=true needs the V1 sync trainer with DAPO dynamic sampling: it sizes the "
+            f"refills of DAPO's counted sampling to the rollouts a step still misses. Set {missing}, or "
+            "coba.size_refills=false."
+        )
+
+
+def missing_for_sync_dapo(config: DictConfig) -> str:
+    """The settings the V1 sync trainer with DAPO dynamic sampling needs that ``config`` lacks, joined
+    with "and" ("" when none is missing)."""
+    dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
+    sync = bool(config.trainer.use_v1) and coba_mode(config.trainer.v1.trainer_mode) == COBA_MODES["sync"]
+    needed = (("trainer.use_v1=true with trainer.v1.trainer_mode=sync", sync),
+              ("algorithm.filter_groups.enable=true", dapo))  # fmt: skip
+    return " and ".join(setting for setting, met in needed if not met)
 
 
 def check_budget_unit(config: DictConfig, cfg: CobaConfig) -> None:
