@@ -549,12 +549,13 @@ def rounds_of(submissions: list[dict]) -> list[list[tuple[int, int]]]:
     return [drawn[i : i + PROMPTS_PER_STEP] for i in range(0, len(drawn), PROMPTS_PER_STEP)]
 
 
-@pytest.fixture(scope="module")
-def dapo(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
-    root = tmp_path_factory.mktemp("dapo")
+def dapo_fit(name, transfer_queue, small_config, tiny_tokenizer, tmp_path_factory, *overrides):
+    """One scripted DAPO run through veRL's ``fit()`` with ``overrides``: trainer, manager, logged rows
+    per step and the checkpoint folder."""
+    root = tmp_path_factory.mktemp(name)
     with pytest.MonkeyPatch.context() as monkeypatch:
         trainer, manager = fit(
-            loop_config(small_config, root / "ckpt", *DAPO, "trainer.save_freq=1"),
+            loop_config(small_config, root / "ckpt", *DAPO, *overrides),
             tiny_tokenizer,
             transfer_queue,
             root / "metrics.jsonl",
@@ -562,6 +563,13 @@ def dapo(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
         )
     logged = logged_steps(root / "metrics.jsonl")
     return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def dapo(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
+    return dapo_fit(
+        "dapo", transfer_queue, small_config, tiny_tokenizer, tmp_path_factory, "trainer.save_freq=1"
+    )
 
 
 def test_dapo_refills_take_the_rest_of_their_round_and_every_round_spends_m_times_n(dapo):
@@ -855,16 +863,15 @@ def update_cost(update: dict) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def dapo_uniform(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
-    root = tmp_path_factory.mktemp("dapo-uniform")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        trainer, manager = fit(
-            loop_config(small_config, root / "ckpt", *DAPO, "coba.strategy=uniform", "trainer.save_freq=-1"),
-            tiny_tokenizer,
-            transfer_queue,
-            root / "metrics.jsonl",
-            monkeypatch,
-        )
-    return SimpleNamespace(trainer=trainer, logged=logged_steps(root / "metrics.jsonl"))
+    return dapo_fit(
+        "dapo-uniform",
+        transfer_queue,
+        small_config,
+        tiny_tokenizer,
+        tmp_path_factory,
+        "coba.strategy=uniform",
+        "trainer.save_freq=-1",
+    )
 
 
 def test_dapo_trains_m_times_n_rollouts_and_uniforms_rows_and_optimizer_steps_every_step(dapo, dapo_uniform):
@@ -892,17 +899,16 @@ def test_dapo_trains_m_times_n_rollouts_and_uniforms_rows_and_optimizer_steps_ev
 def dapo_skip(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
     """DAPO with GRESO's skip at 0.3, no exploration: the prompts that always fail or always pass
     (index % 5 of 0 or 4) are skipped once their counts make a spread at B_low unlikely."""
-    root = tmp_path_factory.mktemp("dapo_skip")
-    skip = ("coba.skip_spread_below=0.3", "coba.skip_explore=0.0")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        trainer, manager = fit(
-            loop_config(small_config, root / "ckpt", *DAPO, *skip, "trainer.save_freq=-1"),
-            tiny_tokenizer,
-            transfer_queue,
-            root / "metrics.jsonl",
-            monkeypatch,
-        )
-    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged_steps(root / "metrics.jsonl"))
+    return dapo_fit(
+        "dapo_skip",
+        transfer_queue,
+        small_config,
+        tiny_tokenizer,
+        tmp_path_factory,
+        "coba.skip_spread_below=0.3",
+        "coba.skip_explore=0.0",
+        "trainer.save_freq=-1",
+    )
 
 
 def test_skipped_prompts_are_never_submitted_and_every_update_still_trains_m_times_n(dapo_skip):
@@ -920,17 +926,15 @@ def test_skipped_prompts_are_never_submitted_and_every_update_still_trains_m_tim
 @pytest.fixture(scope="module")
 def dapo_sized(transfer_queue, small_config, tiny_tokenizer, tmp_path_factory):
     """DAPO with C-size (``coba.size_refills``): each submission sized to the sessions still missing."""
-    root = tmp_path_factory.mktemp("dapo_sized")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        trainer, manager = fit(
-            loop_config(small_config, root / "ckpt", *DAPO, "coba.size_refills=true", "trainer.save_freq=1"),
-            tiny_tokenizer,
-            transfer_queue,
-            root / "metrics.jsonl",
-            monkeypatch,
-        )
-    logged = logged_steps(root / "metrics.jsonl")
-    return SimpleNamespace(trainer=trainer, manager=manager, logged=logged, ckpt=root / "ckpt")
+    return dapo_fit(
+        "dapo_sized",
+        transfer_queue,
+        small_config,
+        tiny_tokenizer,
+        tmp_path_factory,
+        "coba.size_refills=true",
+        "trainer.save_freq=1",
+    )
 
 
 def test_size_refills_submits_no_more_than_the_sessions_missing_and_still_trains_m_times_n(dapo_sized):
