@@ -11,12 +11,13 @@
 # start CoBA-RL's tracker, so budgets differ from uniform from step 1 (without them epoch 1 is
 # uniform GRPO). Cached: the install is redone only when pyproject.toml changed, the data and
 # model only when missing (python -m coba_verl.arithmetic.tiny reuses its output), so a second run
-# only re-measures the pass rates (seconds) before it trains. The summary (docs/quickstart.md) goes
-# to the terminal and to RUN_DIR/summary.txt, its picture to RUN_DIR/summary.png, with the wall
-# clock of each part. Variables: PYTHON (python3), DATA_DIR (~/data/coba), STEPS (16), STRATEGY
-# (coba), RUN_DIR (runs/quickstart: console log, metrics, summary), COBA_INSTALLER (uv; pip to
-# install with pip: scripts/pip_install.sh); arguments are appended as Hydra overrides
-# (recipes/tiny_cpu/run.sh).
+# only re-measures the pass rates (seconds) before it trains. veRL's replay buffer checks for
+# finished rollouts every 0.05 s instead of its 2 s (coba_cpu.poll_interval_s): a tiny model's
+# rollouts take less than that. The summary (docs/quickstart.md) goes to the terminal and to
+# RUN_DIR/summary.txt, its picture to RUN_DIR/summary.png, with the wall clock of each part.
+# Variables: PYTHON (python3), DATA_DIR (~/data/coba), STEPS (16), STRATEGY (coba), RUN_DIR
+# (runs/quickstart: console log, metrics, summary), COBA_INSTALLER (uv; pip to install with pip:
+# scripts/pip_install.sh); arguments are appended as Hydra overrides (recipes/tiny_cpu/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -67,7 +68,7 @@ status=0
 DATA_DIR=$DATA_DIR TRAIN_FILES=$TINY/train.parquet VAL_FILES=$TINY/test.parquet MODEL_PATH=$TINY/model \
   STRATEGY=$STRATEGY EXPERIMENT=$EXPERIMENT LOGGER='["console","file"]' PYTHON=python \
   bash recipes/tiny_cpu/run.sh \
-  "coba.prior_file=$TINY/priors.jsonl" \
+  "coba.prior_file=$TINY/priors.jsonl" coba_cpu.poll_interval_s=0.05 \
   "trainer.total_training_steps=$STEPS" "trainer.test_freq=$STEPS" "trainer.save_freq=$STEPS" \
   trainer.resume_mode=disable "$@" >"$log" 2>&1 || status=$?
 if [[ $status -ne 0 ]]; then

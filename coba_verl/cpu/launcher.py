@@ -178,6 +178,11 @@ def prepare_cpu_run(config: DictConfig) -> None:
             "Drop +coba_cpu=cpu to train on the GPU, or set coba_cpu.allow_with_cuda=true to run on CPU "
             "anyway."
         )
+    poll = OmegaConf.select(config, "coba_cpu.poll_interval_s")
+    if poll is not None and not (isinstance(poll, int | float) and not isinstance(poll, bool) and poll > 0):
+        raise CobaRefusal(
+            f"coba_cpu.poll_interval_s={poll} must be a number of seconds > 0, or null for veRL's 2.0 s."
+        )
     expected = {
         "trainer.device": "cpu",
         "actor_rollout_ref.rollout.name": "hf",

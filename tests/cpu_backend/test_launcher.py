@@ -160,3 +160,10 @@ def test_gpu_recipe_without_gpus_stops_at_once_pointing_to_the_cpu_recipe(tmp_pa
     # at once: before any data is prepared and before Ray starts
     assert not any(tmp_path.iterdir())
     assert "Started a local Ray instance" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "fast", "true"])
+def test_cpu_backend_refuses_a_poll_interval_that_is_not_a_positive_number_of_seconds(monkeypatch, value):
+    monkeypatch.setattr(launcher, "_cuda_present", lambda: False)
+    with pytest.raises(CobaRefusal, match=f"(?i)coba_cpu.poll_interval_s={value}.* > 0, or null"):
+        launcher.prepare_cpu_run(tiny_config(f"coba_cpu.poll_interval_s={value}"))

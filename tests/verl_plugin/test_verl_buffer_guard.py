@@ -230,3 +230,13 @@ def test_each_random_cut_draws_with_the_seed_the_groups_step_and_its_own_number(
         kept.append({int(key.split("_")[1]) for key in batch if key.startswith(uids[1])})
     assert kept == [random_sessions_to_keep(range(8), 4, (11, 5, k)) for k in range(2)]
     assert buffer.cuts_made == 2 and [len(keys) for keys in cleared] == [4, 4]
+
+
+@pytest.mark.parametrize("cls", [CobaReplayBuffer, CobaReplayBufferAsync])
+def test_like_keeps_verls_arguments_and_replaces_the_poll_interval_when_given(cls):
+    verl = build(cls, rollouts_per_prompt=None)
+    assert verl.poll_interval == 2.0  # veRL's default, which its trainer never overrides
+    kept = cls.like(verl, on_clear=verl.on_clear)
+    faster = cls.like(verl, on_clear=verl.on_clear, poll_interval=0.05)
+    assert kept.poll_interval == 2.0 and faster.poll_interval == 0.05
+    assert (faster.train_batch_size, faster.filter_groups_metric) == (verl.train_batch_size, "reward")

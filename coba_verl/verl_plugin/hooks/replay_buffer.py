@@ -223,14 +223,15 @@ class CobaBufferHooks:
         """A `CobaReplayBuffer` built with every constructor argument of veRL's ``buffer``.
 
         The argument names come from `ReplayBuffer`'s signature (veRL stores each under its own
-        name), so a veRL release that adds one is carried over or stops here, naming it.
+        name), so a veRL release that adds one is carried over or stops here, naming it. ``options``
+        holding one of those arguments (``poll_interval``: ``coba_cpu.poll_interval_s``) replace it.
 
         Raises:
             FrameworkMismatch: ``buffer`` does not expose a constructor argument
                 (`coba_verl.framework_api.constructor_arguments`).
         """
         arguments = constructor_arguments(buffer, ReplayBuffer, "veRL", "verl", "0.9.1")
-        return cls(**arguments, on_clear=on_clear, **options)
+        return cls(**{**arguments, **options}, on_clear=on_clear)
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         if uids:

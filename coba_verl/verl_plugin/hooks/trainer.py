@@ -70,7 +70,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
@@ -200,9 +200,12 @@ class CobaBudgets(SessionFates):
         # uniform keeps veRL's own selection, unless its refills are sized (coba.size_refills)
         counted = self.coba_config.strategy != "uniform" or self.coba_config.size_refills
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        sized = {}
+        sized: dict[str, object] = {}
         if self.coba_config.size_refills and coba_class is CobaReplayBuffer:
             sized["sizer"] = RefillSizer(self.coba_config.min_rollouts, self.ledger.budget_of, rollout_n)
+        poll = OmegaConf.select(self.config, "coba_cpu.poll_interval_s")
+        if poll is not None and OmegaConf.select(self.config, "coba_cpu.enable"):
+            sized["poll_interval"] = float(poll)  # veRL's constructor argument, 2.0 s by default
         return coba_class.like(
             buffer,
             on_clear=self._observe_cleared,
