@@ -308,28 +308,38 @@ def test_token_budget_passes_in_the_v1_trainer_without_dapo(base_1x8):
     assert prepare_config(config).budget_unit == "tokens"
 
 
+#: The options only the V1 sync trainer with DAPO takes: (key, value, as the message shows it, off).
+SYNC_DAPO_OPTIONS = [
+    ("coba.skip_spread_below", 0.1, "0.1", "0"),
+    ("coba.size_refills", True, "true", "false"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "shown", "off"), SYNC_DAPO_OPTIONS)
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({}, r"Set algorithm.filter_groups.enable=true, or coba.skip_spread_below=0\."),
+        ({}, r"Set algorithm.filter_groups.enable=true, or {key}={off}\."),
         (
             {"algorithm.filter_groups.enable": True, "trainer.v1.trainer_mode": "colocate_async"},
-            r"Set trainer.use_v1=true with trainer.v1.trainer_mode=sync, or",
+            r"Set trainer.use_v1=true with trainer.v1.trainer_mode=sync, or {key}={off}\.",
         ),
         (
             {"trainer.use_v1": False},
-            r"with trainer.v1.trainer_mode=sync and algorithm.filter_groups.enable=true",
+            r"with trainer.v1.trainer_mode=sync and algorithm.filter_groups.enable=true, or {key}={off}\.",
         ),
     ],
 )
-def test_the_skip_is_refused_outside_the_v1_sync_trainer_with_dapo(base_1x8, overrides, message):
+def test_sync_dapo_options_are_refused_outside_the_v1_sync_trainer_with_dapo(
+    base_1x8, key, value, shown, off, overrides, message
+):
     config = copy.deepcopy(base_1x8)
-    OmegaConf.update(config, "coba.skip_spread_below", 0.1, force_add=True)
-    for key, value in overrides.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    with pytest.raises(ValueError, match=r"coba.skip_spread_below=0.1 needs the V1 sync trainer with DAPO"):
+    OmegaConf.update(config, key, value, force_add=True)
+    for name, setting in overrides.items():
+        OmegaConf.update(config, name, setting, force_add=True)
+    with pytest.raises(ValueError, match=rf"{key}={shown} needs the V1 sync trainer with DAPO"):
         prepare_config(config)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message.format(key=key, off=off)):
         prepare_config(config)
 
 
@@ -338,31 +348,6 @@ def test_the_skip_passes_in_the_v1_sync_trainer_with_dapo(base_1x8):
     OmegaConf.update(config, "coba.skip_spread_below", 0.1, force_add=True)
     OmegaConf.update(config, "algorithm.filter_groups.enable", True, force_add=True)
     assert prepare_config(config).skip_spread_below == 0.1
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({}, r"Set algorithm.filter_groups.enable=true, or coba.size_refills=false\."),
-        (
-            {"algorithm.filter_groups.enable": True, "trainer.v1.trainer_mode": "colocate_async"},
-            r"Set trainer.use_v1=true with trainer.v1.trainer_mode=sync, or coba.size_refills=false\.",
-        ),
-        (
-            {"trainer.use_v1": False},
-            r"with trainer.v1.trainer_mode=sync and algorithm.filter_groups.enable=true, or",
-        ),
-    ],
-)
-def test_size_refills_is_refused_outside_the_v1_sync_trainer_with_dapo(base_1x8, overrides, message):
-    config = copy.deepcopy(base_1x8)
-    OmegaConf.update(config, "coba.size_refills", True, force_add=True)
-    for key, value in overrides.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    with pytest.raises(ValueError, match=r"coba.size_refills=true needs the V1 sync trainer with DAPO"):
-        prepare_config(config)
-    with pytest.raises(ValueError, match=message):
-        prepare_config(config)
 
 
 @pytest.mark.parametrize("strategy", ["coba", "uniform"])
