@@ -44,11 +44,13 @@ from typing import Any
 import numpy as np
 
 from coba_verl.core.allocator import BudgetAllocator
+from coba_verl.core.beta_binomial import beta_binomial_fit
 from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig, check_int, invalid_pass_rates
 from coba_verl.core.metrics import histogram_edges
 from coba_verl.core.trained_budget import select_to_budget
 from coba_verl.core.values import expected_no_spread, no_spread_probability
+from coba_verl.core.wave_sizing import size_submission
 from coba_verl.refusal import CobaRefusal
 
 __all__ = [
@@ -67,45 +69,6 @@ TRUTHS: tuple[str, ...] = ("estimate", "posterior")
 EXACT_ATTEMPTS = 10**6
 #: A DAPO step that has not filled M x n trained rollouts after this many x M prompts is refused.
 MAX_ROUNDS_PER_STEP = 1000
-#: Bounds of the fitted population Beta's A and B (`beta_binomial_fit`).
-_FIT_BOUNDS = (1e-3, 1e4)
-
-
-def _log_likelihood(log_a: np.ndarray, log_b: np.ndarray, pairs: np.ndarray, counts: np.ndarray) -> Any:
-    """Beta-binomial log-likelihood (without the binomial coefficients) on a grid of (ln A, ln B):
-    sum over records of ln B(A + s, B + a - s) - ln B(A, B), from lgamma."""
-    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
-    a, b = np.exp(log_a), np.exp(log_b)
-    total = np.zeros(np.broadcast(a, b).shape)
-    for (s, n), c in zip(pairs.tolist(), counts.tolist(), strict=True):
-        total += c * (
-            lgamma(a + s) - lgamma(a) + lgamma(b + n - s) - lgamma(b) - lgamma(a + b + n) + lgamma(a + b)
-        )
-    return total
-
-
-def beta_binomial_fit(successes: np.ndarray, attempts: np.ndarray) -> tuple[float, float]:
-    """(A, B) of the Beta that best explains the counts: p_i ~ Beta(A, B), s_i ~ Binomial(a_i, p_i).
-
-    Maximum likelihood of the beta-binomial marginal, sum_i ln B(A + s_i, B + a_i - s_i) - ln B(A, B),
-    over A, B in [1e-3, 1e4] (a grid in log space, refined three times; deterministic). The posterior
-    of a prompt is then Beta(A + s_i, B + a_i - s_i). The tiny recipe's priors (256 prompts, 8
-    attempts each, mean pass rate 0.093) give about (1.73, 17.3).
-    """
-    s = np.asarray(successes, dtype=np.int64)
-    a = np.asarray(attempts, dtype=np.int64)
-    pairs, counts = np.unique(np.stack([s, a], axis=1), axis=0, return_counts=True)
-    low, high = (math.log(x) for x in _FIT_BOUNDS)
-    centre, half = np.array([(low + high) / 2] * 2), (high - low) / 2
-    for _ in range(4):
-        axis = np.linspace(-half, half, 41)
-        grid_a, grid_b = np.meshgrid(
-            np.clip(centre[0] + axis, low, high), np.clip(centre[1] + axis, low, high), indexing="ij"
-        )
-        ll = _log_likelihood(grid_a, grid_b, pairs, counts)
-        i, j = np.unravel_index(int(np.argmax(ll)), ll.shape)
-        centre, half = np.array([grid_a[i, j], grid_b[i, j]]), half / 10
-    return float(math.exp(centre[0])), float(math.exp(centre[1]))
 
 
 @dataclass(frozen=True)
@@ -241,6 +204,11 @@ class _Run:
             self._ids, self._budgets, k = self._ids[j:], self._budgets[j:], k - j
         return np.concatenate(ids), np.concatenate(budgets)
 
+    def put_back(self, ids: np.ndarray, budgets: np.ndarray) -> None:
+        """Prompts `take` gave but a sized wave did not submit: the first of the next `take`."""
+        self._ids = np.concatenate([ids, self._ids])
+        self._budgets = np.concatenate([budgets, self._budgets])
+
     def generate(self, ids: np.ndarray, budgets: np.ndarray) -> np.ndarray:
         """(k,) successes of each group, every rollout shown to the tracker: [2, 3] rollouts with
         [1, 0] successes -> prompt ids [a, a, b, b, b], scores [1, 0, 0, 0, 0]."""
@@ -251,9 +219,13 @@ class _Run:
         return successes
 
 
-def _dapo_step(run: _Run, n: int, min_size: int) -> tuple[int, int, float, float, int, int]:
+def _dapo_step(
+    run: _Run, n: int, min_size: int, size: bool = False
+) -> tuple[int, int, float, float, int, int]:
     """One DAPO step (module docstring): (generated, trained, tokens generated, tokens trained,
-    prompts submitted, 1 if it trained short of M n)."""
+    prompts submitted, 1 if it trained short of M n). With ``size`` (``coba.size_refills``) each wave
+    is sized to the rollouts still missing (`coba_verl.core.wave_sizing.size_submission`), the
+    prompts beyond going back to the front of the run's round."""
     m, target = run.m, run.m * n
     ready_sizes, ready_lengths = [], []  # of the groups with a spread, in submission order
     generated, tokens, prompts, drawn, credit, pending = 0, 0.0, 0, 0, 0, m
@@ -262,6 +234,12 @@ def _dapo_step(run: _Run, n: int, min_size: int) -> tuple[int, int, float, float
         drawn += ids.size
         kept = budgets > 0  # skipped prompts (``skip_spread_below``) are drawn, not generated
         ids, budgets = ids[kept], budgets[kept]
+        if size:
+            sized = size_submission(budgets, target - sum(ready_sizes), min_size)
+            k = sized.prompts
+            run.put_back(ids[k:], budgets[k:])
+            drawn -= ids.size - k
+            ids, budgets = ids[:k], np.asarray(sized.budgets, dtype=np.int64)
         prompts += ids.size
         successes = run.generate(ids, budgets)
         spread = (successes > 0) & (successes < budgets)  # DAPO's filter: rewards not all equal
@@ -356,6 +334,7 @@ def plan_step_cost(
     truth: str = "estimate",
     failure_rate: float | None = None,
     skip_spread_below: float = 0.0,
+    size_refills: bool = False,
 ) -> StepCost:
     """The expected cost of a step of M = ``prompts`` prompts and M n rollouts under ``strategy``.
 
@@ -372,6 +351,8 @@ def plan_step_cost(
             tracker's, from the counts and then the simulated rollouts, as in a run.
         skip_spread_below: GRESO's skip (``coba.skip_spread_below``; DAPO only): a skipped prompt is
             drawn but not generated, and the histogram counts its budget of 0 in a bin of its own.
+        size_refills: C-size (``coba.size_refills``; DAPO only): each wave sized to the rollouts
+            still missing, so no surplus group is generated.
 
     Returns:
         The `StepCost`. For uniform budgets the share without spread is the closed form
@@ -392,6 +373,8 @@ def plan_step_cost(
             f"skip_spread_below={config.skip_spread_below} needs dapo: a skipped prompt gets no rollouts, "
             "which only DAPO dynamic sampling fills (veRL refuses it otherwise too)."
         )
+    if size_refills and not dapo:
+        raise CobaRefusal("size_refills needs dapo: without DAPO every step generates exactly M n.")
     posterior = posterior_shapes(pop) if truth == "posterior" else None
     if dapo and posterior is None and not np.any((pop.estimates > 0) & (pop.estimates < 1)):
         raise CobaRefusal(
@@ -404,7 +387,7 @@ def plan_step_cost(
     for run in runs:
         for _ in range(steps):
             if dapo:
-                total += _dapo_step(run, n, config.min_rollouts)
+                total += _dapo_step(run, n, config.min_rollouts, size_refills)
             else:  # one round, every rollout trained
                 ids, budgets = run.take(m)
                 run.generate(ids, budgets)

@@ -45,6 +45,7 @@ import numpy as np
 
 from coba_verl.core import Allocation, BudgetAllocator
 from coba_verl.core.trained_budget import select_to_budget, sessions_to_keep
+from coba_verl.core.wave_sizing import size_submission
 
 __all__ = ["PromptStream", "Wave", "DapoStep", "collect_dapo_step", "has_spread"]
 
@@ -400,16 +401,15 @@ def _size_wave(
     stream: PromptStream, step: DapoStep, ids: np.ndarray, budgets: np.ndarray, rounds: np.ndarray,
     missing: int, min_size: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """C-size: trim the wave's budgets, in order, to ``missing`` rollouts (the last prompt keeps
-    max(min_size, what is left)); the prompts beyond go back to ``stream``."""
-    ends = np.cumsum(budgets)
-    if missing <= 0 or ends[-1] <= missing:
+    """C-size: the wave's budgets trimmed, in order, to ``missing`` rollouts
+    (`coba_verl.core.wave_sizing.size_submission`: the last prompt keeps max(min_size, what is left));
+    the prompts beyond go back to ``stream``."""
+    if missing <= 0:
         return ids, budgets, rounds
-    last = int(np.searchsorted(ends, missing))  # first prompt whose end reaches ``missing``
-    budgets = budgets.copy()
-    before = int(ends[last - 1]) if last else 0
-    trimmed = max(min_size, missing - before)
-    step.trimmed_rollouts += int(budgets[last]) - min(trimmed, int(budgets[last]))
-    budgets[last] = min(trimmed, int(budgets[last]))
-    stream.put_back(ids[last + 1 :], budgets[last + 1 :], rounds[last + 1 :])
-    return ids[: last + 1], budgets[: last + 1], rounds[: last + 1]
+    sized = size_submission(budgets, missing, min_size)
+    k = sized.prompts
+    if k == budgets.size and not sized.trimmed:
+        return ids, budgets, rounds
+    step.trimmed_rollouts += sized.trimmed
+    stream.put_back(ids[k:], budgets[k:], rounds[k:])
+    return ids[:k], np.asarray(sized.budgets, dtype=budgets.dtype), rounds[:k]

@@ -80,13 +80,17 @@ def plan(args: argparse.Namespace) -> str:
     common = dict(
         prompts=args.prompts, n=args.n, min_rollouts=args.min_rollouts, max_rollouts=args.max_rollouts,
         dapo=args.dapo, steps=args.steps, draws=args.draws, seed=args.seed, truth=truth,
+        size_refills=args.size_refills,
     )  # fmt: skip
     costs = [plan_step_cost(pop, strategy="uniform", **common)]
     if args.strategy != "uniform":
         costs.append(
             plan_step_cost(
-                pop, strategy=args.strategy, failure_rate=args.failure_rate,
-                skip_spread_below=args.skip_spread_below, **common,
+                pop,
+                strategy=args.strategy,
+                failure_rate=args.failure_rate,
+                skip_spread_below=args.skip_spread_below,
+                **common,
             )  # fmt: skip
         )
     elif args.failure_rate is not None:
@@ -112,12 +116,14 @@ def format_plan(
     seed: int,
     truth: str,
     failure_rate: float | None = None,
+    size_refills: bool = False,
 ) -> str:
     """The plan as a short text table: uniform, then the strategy and its ratio to uniform."""
     p = pop.estimates
     lines = [
         f"coba-verl plan: M={prompts} prompts x n={n} = {prompts * n} rollouts a step, budgets in "
-        f"[{min_rollouts}, {max_rollouts}], DAPO {'on' if dapo else 'off'}",
+        f"[{min_rollouts}, {max_rollouts}], DAPO {'on' if dapo else 'off'}"
+        + (", waves sized to the rollouts missing (size_refills)" if size_refills else ""),
         f"prompts: {pop.size} from {pop.source}; mean pass rate {p.mean():.3f}, "
         f"{np.mean(p == 0):.0%} at 0, {np.mean(p == 1):.0%} at 1",
     ]
@@ -192,6 +198,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--skip-spread-below", type=float, default=0.0,
         help="coba.skip_spread_below of the CoBA row (GRESO's skip; --dapo only; default 0: off)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--size-refills", action="store_true",
+        help="coba.size_refills for both rows (C-size: each wave sized to the rollouts missing; --dapo only)",
     )  # fmt: skip
     ap.add_argument("--truth", choices=TRUTHS, help="default: posterior for a prior file, estimate for rates")
     ap.add_argument("--steps", type=int, default=1, help="steps of a run, the tracker learning (default 1)")

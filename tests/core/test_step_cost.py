@@ -168,3 +168,18 @@ def test_pass_rates_outside_0_1_are_refused(rates, message):
 def test_bad_answer_lengths_are_refused(lengths, message):
     with pytest.raises(CobaRefusal, match=message):
         Population.from_rates([0.1, 0.2, 0.3], lengths=lengths)
+
+
+def test_sized_waves_generate_only_what_the_filter_evicts_beyond_the_trained_batch():
+    """Uniform n = 4 at p = 0.15: a group has no spread with q = 0.15^4 + 0.85^4. With waves sized to
+    the rollouts missing (C-size) nothing beyond M n survives the filter, so generated per trained is
+    1 / (1 - q); veRL's refill of 2k prompts for k evicted generates surplus groups on top."""
+    pop = Population.from_rates(np.full(64, 0.15))
+    kw = dict(prompts=16, n=4, max_rollouts=16, dapo=True, draws=60, strategy="uniform")
+    plain, sized = plan_step_cost(pop, **kw), plan_step_cost(pop, size_refills=True, **kw)
+    q = 0.15**4 + 0.85**4
+    assert sized.short_steps == plain.short_steps == 0
+    assert sized.generated_per_trained == pytest.approx(1 / (1 - q), rel=0.05)
+    assert plain.generated_per_trained > 1.1 * sized.generated_per_trained
+    with pytest.raises(CobaRefusal, match="size_refills needs dapo"):
+        plan_step_cost(pop, **{**kw, "dapo": False}, size_refills=True)

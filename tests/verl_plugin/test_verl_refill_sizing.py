@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from verl.utils import tensordict_utils as tu
 
-from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer, size_submission
+from coba_verl.core.wave_sizing import size_submission
+from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
 from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
 
 SIZED = (

@@ -10,7 +10,8 @@ counted in sessions:
 
     slots = M x n - ready sessions - budgets of the groups in flight (pending or running)
 
-`size_submission` is the rule; `RefillSizer` applies it where the trainer hands prompts out
+`coba_verl.core.wave_sizing.size_submission` is the rule (the lab's and `coba-verl plan`'s too);
+`RefillSizer` applies it where the trainer hands prompts out
 (`CobaTrainer._next_train_batch`): the prompts not submitted go back to the front of the round's
 rest (``CobaDataLoader.round_rest``, in data.pt), each with the budget its round gave it, and are the
 first of the next refill or the next step. A trimmed budget's rollouts are never generated: no group,
@@ -29,58 +30,17 @@ discards every group within its step, so a step starts with nothing ready or in 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 
+from coba_verl.core.wave_sizing import size_submission
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SizedSubmission:
-    """What `size_submission` lets through: the budgets of the first ``prompts`` prompts, the last
-    possibly trimmed, and the rollouts trimmed from it."""
-
-    budgets: tuple[int, ...]
-    trimmed: int
-
-    @property
-    def prompts(self) -> int:
-        """Prompts submitted (the first ones, in order); the others go back."""
-        return len(self.budgets)
-
-
-def size_submission(budgets: Sequence[int], slots: int, min_rollouts: int) -> SizedSubmission:
-    """C-size's rule: the prompts' ``budgets`` in submission order, trimmed to ``slots`` sessions.
-
-    Prompts are taken in order while the sessions before them are fewer than ``slots``; the last one
-    taken keeps min(its budget, max(``min_rollouts``, what is left)), so the submission exceeds
-    ``slots`` by at most ``min_rollouts`` - 1. ``slots`` <= 0 takes none; budgets that fit whole are
-    taken whole.
-
-        ([4, 4, 4], 9, 2) -> budgets (4, 4, 2), trimmed 2
-        ([4, 4, 4], 8, 2) -> budgets (4, 4), trimmed 0
-        ([4, 4, 4], 1, 2) -> budgets (2,), trimmed 2
-        ([4, 4, 4], 0, 2) -> budgets (), trimmed 0
-    """
-    taken: list[int] = []
-    before = 0  # sessions of the prompts taken so far
-    for budget in map(int, budgets):
-        if before >= slots:
-            break
-        left = slots - before
-        if budget <= left:
-            taken.append(budget)
-            before += budget
-            continue
-        kept = min(budget, max(int(min_rollouts), left))
-        return SizedSubmission(tuple([*taken, kept]), budget - kept)
-    return SizedSubmission(tuple(taken), 0)
 
 
 class RefillSizer:
