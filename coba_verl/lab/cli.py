@@ -109,11 +109,12 @@ def _parser_for(name: str, default: Any) -> Any:
 def _coba_item(text: str) -> tuple[str, Any]:
     """``kappa=7`` -> ("kappa", 7.0), typed by the CobaConfig field's default."""
     # the lab has no pass-rate priors: coba_verl.records.priors reads a training set's rows or a file;
-    # its DAPO cut is --dapo-cut (LabConfig.dapo_cut), not coba.cut_sessions
+    # its DAPO cut is --dapo-cut (LabConfig.dapo_cut), not coba.cut_sessions; its sized waves are the
+    # run option +size, not coba.size_refills (veRL's)
     known = {
         f.name: f
         for f in fields(CobaConfig)
-        if f.name not in ("strategy", "cut_sessions") and not f.name.startswith("prior_")
+        if f.name not in ("strategy", "cut_sessions", "size_refills") and not f.name.startswith("prior_")
     }
     key, sep, raw = (x.strip() for x in text.partition("="))
     if not sep or key not in known:

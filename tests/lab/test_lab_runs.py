@@ -140,6 +140,7 @@ def test_ctrl_c_leaves_a_valid_partial_run_folder(tmp_path: Path, monkeypatch: p
         (["--steps", "x"], "'x' is not a valid value"),
         (["--coba", "kapa=7"], "'kapa=7' is not KEY=VALUE"),
         (["--coba", "cut_sessions=spread"], "'cut_sessions=spread' is not KEY=VALUE"),  # --dapo-cut
+        (["--coba", "size_refills=true"], "'size_refills=true' is not KEY=VALUE"),  # the run option +size
         (["--coba", "kappa=abc"], "kappa must be a number"),
         (["--scenario", "nope"], "invalid choice: 'nope'"),
         (["--levels", "2/1"], "level '2/1' is not <digits><op><digits>"),
