@@ -69,39 +69,37 @@ def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "c
         )
 
 
-def require_no_skip(config: CobaConfig, framework: str, setting: str = "coba.skip_spread_below") -> None:
-    """Refuse GRESO's skip (``skip_spread_below`` > 0) in a trainer that cannot leave a prompt out.
+#: `CobaConfig` fields only a DAPO-style sampler honours (veRL's V1 sync trainer with
+#: ``algorithm.filter_groups.enable=true``, the lab's DAPO): the value that turns each off, and why a
+#: trainer that generates a round whole cannot. GRESO's skip gives a prompt B_i = 0, and only a sampler
+#: that fills the step with whatever groups are ready trains a round with fewer prompts than drawn;
+#: C-size trims the submissions of a step, and elsewhere a round is one submission.
+SYNC_DAPO_ONLY: dict[str, tuple[str, str]] = {
+    "skip_spread_below": (
+        "0",
+        "a skipped prompt gets no rollouts, and a round there must hold every prompt it drew",
+    ),
+    "size_refills": (
+        "false",
+        "it sizes DAPO's refills to the rollouts a step still misses, and a round there is generated whole",
+    ),
+}
 
-    A skipped prompt gets B_i = 0; only a DAPO-style sampler that fills the step with whatever groups
-    are ready (veRL's V1 sync trainer with ``algorithm.filter_groups.enable=true``, the lab's DAPO)
-    trains a round with fewer prompts than drawn.
 
-    Raises:
-        ValueError: naming ``setting``, its value and the framework.
-    """
-    if config.skip_spread_below > 0:
-        raise CobaRefusal(
-            f"{setting}={config.skip_spread_below} is not supported in {framework}: a skipped prompt gets "
-            "no rollouts, and a round there must hold every prompt it drew. Set it to 0, or use veRL's V1 "
-            "sync trainer with DAPO dynamic sampling (algorithm.filter_groups.enable=true)."
-        )
-
-
-def require_no_size_refills(config: CobaConfig, framework: str, setting: str = "coba.size_refills") -> None:
-    """Refuse C-size (``size_refills``) in a trainer without DAPO-style refills to size.
-
-    Only veRL's V1 sync trainer under DAPO dynamic sampling submits a step's prompts in several
-    submissions that can be sized to the rollouts still missing; elsewhere a round is generated whole.
+def require_no_sync_dapo_options(config: CobaConfig, framework: str, prefix: str = "coba.") -> None:
+    """Refuse the `SYNC_DAPO_ONLY` fields switched on (the skip > 0, ``size_refills``) in ``framework``,
+    a trainer that generates each round whole; ``prefix`` + the field's name is the setting named.
 
     Raises:
-        ValueError: naming ``setting``, its value and the framework.
+        ValueError: naming the setting, its value and the framework.
     """
-    if config.size_refills:
-        raise CobaRefusal(
-            f"{setting}={config.size_refills} is not supported in {framework}: it sizes DAPO's refills to "
-            "the rollouts a step still misses, and a round there is generated whole. Set it to false, or "
-            "use veRL's V1 sync trainer with DAPO dynamic sampling (algorithm.filter_groups.enable=true)."
-        )
+    for name, (off, why) in SYNC_DAPO_ONLY.items():
+        value = getattr(config, name)
+        if value:
+            raise CobaRefusal(
+                f"{prefix}{name}={value} is not supported in {framework}: {why}. Set it to {off}, or use "
+                "veRL's V1 sync trainer with DAPO dynamic sampling (algorithm.filter_groups.enable=true)."
+            )
 
 
 def _shown(value: Any) -> str:

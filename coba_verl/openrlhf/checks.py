@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from coba_verl.core import CobaConfig, check_budget
-from coba_verl.core.config import require_no_size_refills, require_no_skip, require_rollout_budget
+from coba_verl.core.config import require_no_sync_dapo_options, require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.framework_api import FrameworkMismatch, actor_python_class, check_api, mismatch
 from coba_verl.records.priors import read_prior_file
@@ -193,7 +193,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     Raises:
         ValueError: ``--coba.budget_unit tokens`` (`require_rollout_budget`: a round is M x n
             samples); ``--coba.skip_spread_below`` > 0 and ``--coba.size_refills true``
-            (`require_no_skip`, `require_no_size_refills`); ``--train.async_enable`` or
+            (`require_no_sync_dapo_options`); ``--train.async_enable`` or
             ``--train.partial_rollout_enable`` (`async_refusal`); ``--algo.dynamic_filtering_enable``; a
             ``--coba.prior_file`` that does not exist or that the trainer's reader
             (`read_prior_file`) refuses; ``--coba.group_weight equal`` with a
@@ -202,8 +202,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             budgets in [min_rollouts, max_rollouts] can spend (`check_budget`).
     """
     require_rollout_budget(coba, "OpenRLHF", "--coba.budget_unit")
-    require_no_skip(coba, "OpenRLHF", "--coba.skip_spread_below")
-    require_no_size_refills(coba, "OpenRLHF", "--coba.size_refills")
+    require_no_sync_dapo_options(coba, "OpenRLHF", "--coba.")
     if args.train.async_enable or args.train.partial_rollout_enable:
         raise CobaRefusal(
             async_refusal(bool(args.train.async_enable), bool(args.train.partial_rollout_enable))

@@ -14,7 +14,7 @@ from typing import Any
 from datasets import Dataset, IterableDataset
 
 from coba_verl.core import BudgetAllocator, CobaConfig, check_budget
-from coba_verl.core.config import require_no_size_refills, require_no_skip, require_rollout_budget
+from coba_verl.core.config import require_no_sync_dapo_options, require_rollout_budget
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.framework_api import check_api
 from coba_verl.records.priors import seed_from_table
@@ -83,7 +83,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
     Raises:
         ValueError: ``CobaConfig.budget_unit='tokens'`` (`require_rollout_budget`: a generation
             round is generation_batch_size completions); ``CobaConfig.skip_spread_below`` > 0 and
-            ``CobaConfig.size_refills`` (`require_no_skip`, `require_no_size_refills`: a round is
+            ``CobaConfig.size_refills`` (`require_no_sync_dapo_options`: a round is
             generated whole); ``coba.group_weight=equal`` with a
             ``loss_type`` `GROUP_WEIGHT_MODES` does not know; a round of M =
             generation_batch_size / num_generations prompts whose M * num_generations
@@ -106,8 +106,7 @@ def check_args(args: Any, coba: CobaConfig) -> None:
             "(async_grpo_trainer.py:351-371). Use GRPOConfig with CobaGRPOTrainer."
         )
     require_rollout_budget(coba, "TRL's GRPOTrainer", "CobaConfig.budget_unit")
-    require_no_skip(coba, "TRL's GRPOTrainer", "CobaConfig.skip_spread_below")
-    require_no_size_refills(coba, "TRL's GRPOTrainer", "CobaConfig.size_refills")
+    require_no_sync_dapo_options(coba, "TRL's GRPOTrainer", "CobaConfig.")
     check_aggregation(coba.group_weight, str(args.loss_type), GROUP_WEIGHT_MODES)
     # GRPOConfig.__post_init__ has made generation_batch_size = per_device_train_batch_size *
     # processes * steps_per_generation, a multiple of num_generations (TRL 1.16).

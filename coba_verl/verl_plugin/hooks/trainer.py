@@ -200,12 +200,12 @@ class CobaBudgets(SessionFates):
         # uniform keeps veRL's own selection, unless its refills are sized (coba.size_refills)
         counted = self.coba_config.strategy != "uniform" or self.coba_config.size_refills
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        sized: dict[str, object] = {}
+        options: dict[str, object] = {}
         if self.coba_config.size_refills and coba_class is CobaReplayBuffer:
-            sized["sizer"] = RefillSizer(self.coba_config.min_rollouts, self.ledger.budget_of, rollout_n)
+            options["sizer"] = RefillSizer(self.coba_config.min_rollouts, self.ledger.budget_of, rollout_n)
         poll = OmegaConf.select(self.config, "coba_cpu.poll_interval_s")
         if poll is not None and OmegaConf.select(self.config, "coba_cpu.enable"):
-            sized["poll_interval"] = float(poll)  # veRL's constructor argument, 2.0 s by default
+            options["poll_interval"] = float(poll)  # veRL's constructor argument, 2.0 s by default
         return coba_class.like(
             buffer,
             on_clear=self._observe_cleared,
@@ -214,7 +214,7 @@ class CobaBudgets(SessionFates):
             on_trim=self._observe_trimmed,
             cut_sessions=self.coba_config.cut_sessions,
             cut_seed=int(self.config.data.get("seed", 0) or 0),
-            **sized,
+            **options,
         )
 
     def _next_train_batch(self, num_prompts: int | None = None) -> TensorDict:
