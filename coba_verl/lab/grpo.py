@@ -168,6 +168,7 @@ def grpo_update(
     r = len(batch.scores)
     mb = max(1, min(actor.ppo_mini_batch_size, r))
     if rows == "signal":
+        check_normalisers_reach_the_loss(loss_fn, actor)
         return _signal_update(model, optimizer, batch, actor, advantages, loss_fn, mb=mb, grad_clip=grad_clip)
     with torch.no_grad():
         old_log_prob = (
@@ -232,6 +233,47 @@ def _rows(batch: RolloutBatch, keep: torch.Tensor) -> tuple[tuple[torch.Tensor, 
     return ids, t
 
 
+def _normalisers(mask: torch.Tensor) -> dict[str, Any]:
+    """What `all` divides a mini-batch's loss by, from its (r_mb, T) response mask: its valid tokens
+    (``batch_num_tokens``, token-mean), its sequences with one (``global_batch_size``, the
+    sequence-mean modes) and its width (``loss_scale_factor``, ``seq-mean-token-sum-norm``)."""
+    return {
+        "batch_num_tokens": mask.sum(),
+        "global_batch_size": (mask.sum(-1) > 0).float().sum(),
+        "loss_scale_factor": mask.shape[1],
+    }
+
+
+def check_normalisers_reach_the_loss(loss_fn: Callable[..., Any], actor: ActorConfig) -> None:
+    """Refuse ``rows="signal"`` where veRL's loss ignores ``actor.global_batch_info``.
+
+    ``signal`` leans on veRL's policy loss handing ``ActorConfig.global_batch_info`` to ``agg_loss``
+    (veRL 0.9.1: ``agg_loss(..., **config.global_batch_info)``); a veRL that stopped would divide by
+    the signal rows' tokens alone and change the gradient silently. Checked on two rows of two
+    tokens, one with advantage 1 and one with 0, at ratio 1: the loss of the first row alone under
+    `_normalisers` of both must equal the loss of both.
+
+    Raises:
+        CobaRefusal: the two differ.
+    """
+    adv = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+    mask = torch.ones_like(adv)
+    zeros = torch.zeros_like(adv)
+    args = dict(loss_agg_mode=actor.loss_agg_mode, config=actor)
+    with _normalised_by(actor):  # as `all` runs it: nothing set
+        both, _ = loss_fn(old_log_prob=zeros, log_prob=zeros, advantages=adv, response_mask=mask, **args)
+    with _normalised_by(actor, **_normalisers(mask)):
+        first, _ = loss_fn(
+            old_log_prob=zeros[:1], log_prob=zeros[:1], advantages=adv[:1], response_mask=mask[:1], **args
+        )
+    if not torch.allclose(both, first):
+        raise CobaRefusal(
+            f"rows='signal': veRL's policy loss ({actor.policy_loss.loss_mode}, {actor.loss_agg_mode}) does "
+            "not divide by ActorConfig.global_batch_info as veRL 0.9.1's does, so leaving out rows with a "
+            "zero advantage would change the gradient; use rows='all'."
+        )
+
+
 @contextmanager
 def _normalised_by(actor: ActorConfig, **normalisers: Any) -> Iterator[None]:
     """``actor.global_batch_info`` (what veRL's ``agg_loss`` divides by; veRL's ``ppo_loss`` sets it
@@ -280,12 +322,7 @@ def _signal_update(
             log_prob = response_logprobs(model, *ids)  # (k_mb, T')
             old = log_prob.detach() if old_log_prob is None else old_log_prob[keep, :t]
             tokens = mask[sl].sum()  # N: the whole mini-batch's valid tokens, as `all` divides by
-            with _normalised_by(
-                actor,
-                batch_num_tokens=tokens,
-                global_batch_size=(mask[sl].sum(-1) > 0).float().sum(),
-                loss_scale_factor=mask.shape[1],
-            ):
+            with _normalised_by(actor, **_normalisers(mask[sl])):
                 pg_loss, pg_metrics = loss_fn(
                     old_log_prob=old,
                     log_prob=log_prob,

@@ -14,6 +14,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
+from verl.trainer.ppo import core_algos
 
 from coba_verl.arithmetic.model import ModelSpec, build_model
 from coba_verl.arithmetic.task import Split
@@ -105,6 +106,7 @@ def test_a_denominator_of_the_signal_tokens_only_would_fail_the_comparison(
     model, batch = _model(), _batch(MIXED)
     p_all, m_all, _ = _update(model, batch, "all")
     monkeypatch.setattr(grpo, "_normalised_by", lambda actor, **kw: contextlib.nullcontext())
+    monkeypatch.setattr(grpo, "check_normalisers_reach_the_loss", lambda loss_fn, actor: None)  # its gate
     p_bad, m_bad, _ = _update(model, batch, "signal")
     assert _max_diff(p_all, p_bad) > 1e3 * ATOL
     assert m_bad["actor/pg_loss"] != pytest.approx(m_all["actor/pg_loss"], rel=1e-2)
@@ -152,6 +154,23 @@ def test_a_batch_without_signal_only_decays_the_weights() -> None:
     assert _max_diff(p_all, p_sig) == 0.0
     assert _max_diff(p_sig, [p.detach() for p in model.parameters()]) > 0  # weight decay
     assert m_sig["actor/grad_norm"] == 0.0 and np.isnan(m_sig["actor/ppo_kl"])
+
+
+def test_signal_is_refused_where_veRLs_loss_ignores_the_normaliser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate of the lean on veRL: an ``agg_loss`` that drops ``global_batch_info`` (a veRL that
+    changed) would divide by the signal tokens alone; ``signal`` refuses, ``all`` still runs."""
+    model, batch = _model(), _batch(MIXED)
+    actor = make_actor_config(rollout_n=N, mini_batch_size=12, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    grpo.check_normalisers_reach_the_loss(loss_fn, actor)  # veRL 0.9.1's hands it on
+    real = core_algos.agg_loss
+    monkeypatch.setattr(core_algos, "agg_loss", lambda loss_mat, loss_mask, loss_agg_mode, **_: real(
+        loss_mat, loss_mask, loss_agg_mode))  # fmt: skip
+    opt = torch.optim.AdamW(model.parameters())
+    with pytest.raises(CobaRefusal, match="does not divide by ActorConfig.global_batch_info"):
+        grpo_update(model, opt, batch, actor, rows="signal")
+    assert actor.global_batch_info == {}
+    grpo_update(model, opt, batch, actor, rows="all")
 
 
 def test_rows_other_than_all_or_signal_and_signal_with_another_loss_are_refused() -> None:
