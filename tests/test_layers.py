@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "coba_verl"
 #: part -> the parts it may import (a part is a folder, or a module at the package root).
 ALLOWED: dict[str, set[str]] = {
     "refusal": set(),
+    "after_import": set(),
     "framework_api": {"refusal"},
     "core": {"refusal"},
     "records": {"core", "refusal"},
@@ -24,10 +25,10 @@ ALLOWED: dict[str, set[str]] = {
     "arithmetic": {"decoding", "records", "refusal"},
     "data": {"records", "refusal"},
     "lab": {"arithmetic", "core", "records", "refusal"},
-    "cpu": {"decoding", "framework_api", "refusal"},
+    "cpu": {"after_import", "decoding", "framework_api", "refusal"},
     "trl": {"core", "records", "refusal", "framework_api"},
     "openrlhf": {"core", "records", "refusal", "framework_api"},
-    "verl_plugin": {"core", "records", "cpu", "data", "refusal", "framework_api"},
+    "verl_plugin": {"after_import", "core", "records", "cpu", "data", "refusal", "framework_api"},
     "main": {"verl_plugin"},
     "cli": {"__init__"},
     "__init__": {"core"},

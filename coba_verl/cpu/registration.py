@@ -10,7 +10,10 @@ table (veRL 0.9.1 has no function for it), so a veRL release that renames ``_eng
 - ``PlatformRegistry``: `PlatformCPU` as ``cpu`` (selected by ``VERL_PLATFORM=cpu``);
 - ``EngineRegistry``: veRL's FSDP language-model engine for device ``cpu`` (veRL registers it
   for ``cuda`` and ``npu`` only; FSDP2 itself runs on CPU tensors over gloo), unless its private
-  ``_engines`` table already holds one;
+  ``_engines`` table already holds one. This one waits for veRL's engine package
+  (`ENGINE_PACKAGE`, `coba_verl.after_import`): the FSDP actor's worker imports it before it asks
+  the registry, the other processes never do and skip importing the engines (FSDP, peft: about
+  half a second of CPU each);
 - ``RolloutReplicaRegistry``: `HFReplica` as rollout ``hf``;
 - the rollout-adapter table of ``verl.workers.rollout.base`` (``_ROLLOUT_REGISTRY``, veRL's
   name -> class table for the worker-side engine): ``("hf", "async")`` -> `HFServerAdapter`;
@@ -24,19 +27,32 @@ from __future__ import annotations
 from coba_verl.cpu import PLATFORM_NAME, ROLLOUT_NAME  # isort: skip
 from coba_verl.cpu.platform import PlatformCPU  # isort: skip
 
-from verl.workers.engine.base import EngineRegistry  # noqa: E402
-from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead  # noqa: E402
 from verl.workers.rollout import base as rollout_base  # noqa: E402
 from verl.workers.rollout.replica import RolloutReplicaRegistry  # noqa: E402
 
-__all__ = ["PlatformCPU"]
+from coba_verl.after_import import after_import  # noqa: E402
 
-_engines = EngineRegistry._engines["language_model"]
-for _backend in ("fsdp", "fsdp2"):
-    if PLATFORM_NAME not in _engines.get(_backend, {}):
-        EngineRegistry.register(model_type="language_model", backend=_backend, device=PLATFORM_NAME)(
-            FSDPEngineWithLMHead
-        )
+__all__ = ["ENGINE_PACKAGE", "PlatformCPU", "register_cpu_engine"]
+
+#: veRL's engine package: its ``__init__`` imports ``EngineRegistry`` and the FSDP engines.
+ENGINE_PACKAGE = "verl.workers.engine"
+
+
+def register_cpu_engine() -> None:
+    """veRL's FSDP language-model engine under device ``cpu`` for backends ``fsdp`` and ``fsdp2``,
+    where the registry's private ``_engines`` table holds none yet."""
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+
+    engines = EngineRegistry._engines["language_model"]
+    for backend in ("fsdp", "fsdp2"):
+        if PLATFORM_NAME not in engines.get(backend, {}):
+            EngineRegistry.register(model_type="language_model", backend=backend, device=PLATFORM_NAME)(
+                FSDPEngineWithLMHead
+            )
+
+
+after_import(ENGINE_PACKAGE, register_cpu_engine)
 
 
 def _load_hf_replica() -> type:

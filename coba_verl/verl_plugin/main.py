@@ -57,10 +57,11 @@ def check_plugin_loaded(mode: str = COBA_TRAINER_MODE) -> None:
     try:
         get_trainer_cls(mode)
     except ValueError:
-        # veRL logs a plugin's import error at DEBUG only (verl/__init__.py): import the plugin
-        # here so that its own error (e.g. check_verl_api's version mismatch) reaches the user.
+        # veRL logs a plugin's import error at DEBUG only (verl/__init__.py) and the plugin's deferred
+        # registration logs its own: register here so that its error (e.g. check_verl_api's version
+        # mismatch) reaches the user as the refusal.
         try:
-            importlib.import_module(PLUGIN_MODULE)
+            importlib.import_module(PLUGIN_MODULE).register_trainers()
         except Exception as error:
             raise CobaRefusal(
                 f"coba-verl's veRL plugin ({PLUGIN_MODULE}) cannot be imported, so veRL {verl.__version__} "
