@@ -36,6 +36,7 @@ __all__ = [
     "chat_tokenizer",
     "decode_responses",
     "encode_prompts",
+    "pad_rows",
     "transformers_tokenizer",
 ]
 
@@ -102,13 +103,20 @@ def encode_prompts(tok: Tokenizer, prompts: Sequence[str]) -> tuple[torch.Tensor
     """
     pad, bos = tok.token_to_id(PAD), tok.token_to_id(BOS)
     rows = [[bos, *e.ids] for e in tok.encode_batch(list(prompts), add_special_tokens=False)]
+    return pad_rows(rows, pad, left=True)
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded with ``pad`` to the longest (on the left or the right): (N, T) int64 ids and
+    the (N, T) int64 mask, 1 on tokens; built as lists and converted once (the warm start pads two
+    batches a step)."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r)
-        mask[i, width - len(r) :] = 1
-    return ids, mask
+    padded, masks = [], []
+    for r in rows:
+        fill = width - len(r)
+        padded.append([pad] * fill + list(r) if left else list(r) + [pad] * fill)
+        masks.append([0] * fill + [1] * len(r) if left else [1] * len(r) + [0] * fill)
+    return torch.tensor(padded, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
 
 
 def decode_responses(tok: Tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:

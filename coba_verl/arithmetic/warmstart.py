@@ -31,7 +31,7 @@ from transformers import Qwen2ForCausalLM
 
 from coba_verl.arithmetic.model import response_logprobs, sample
 from coba_verl.arithmetic.task import LEVELS, Level, sample_problems, score_batch
-from coba_verl.arithmetic.tokenizer import EOS, PAD, decode_responses, encode_prompts
+from coba_verl.arithmetic.tokenizer import EOS, PAD, decode_responses, encode_prompts, pad_rows
 
 __all__ = ["WARM_LEVELS", "WarmStartResult", "encode_answers", "warm_start"]
 
@@ -56,13 +56,7 @@ def encode_answers(tok: Tokenizer, answers: list[str]) -> tuple[torch.Tensor, to
     """``answer + <eos>`` right-padded: (N, T) ids and (N, T) mask."""
     eos, pad = tok.token_to_id(EOS), tok.token_to_id(PAD)
     rows = [[*e.ids, eos] for e in tok.encode_batch(answers, add_special_tokens=False)]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids, mask
+    return pad_rows(rows, pad, left=False)
 
 
 def _fresh(

@@ -104,3 +104,13 @@ def test_log_probs_do_not_depend_on_left_padding() -> None:
     lp_alone = response_logprobs(model, *alone, answer, amask)
     lp_padded = response_logprobs(model, padded[0][:1], padded[1][:1], answer, amask)
     torch.testing.assert_close(lp_alone, lp_padded, atol=1e-5, rtol=1e-5)
+
+
+def test_pad_rows_pads_on_the_named_side_and_masks_only_tokens():
+    from coba_verl.arithmetic.tokenizer import pad_rows
+
+    ids, mask = pad_rows([[5, 6, 7], [8]], pad=0, left=True)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    ids, mask = pad_rows([[5, 6, 7], [8]], pad=0, left=False)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert ids.dtype == mask.dtype == torch.long
