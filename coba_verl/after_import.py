@@ -24,7 +24,8 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 __all__ = ["after_import", "pending"]
@@ -53,7 +54,9 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
         self.name = name
         self.functions: list[Callable[[], None]] = []
 
-    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname != self.name:
             return None
         _remove(self)
@@ -75,8 +78,12 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
         functions = self.functions
 
         def exec_module(module: ModuleType) -> None:
-            original(module)
             del loader.exec_module  # back to the class's method for any later use of this loader
+            try:
+                original(module)
+            except BaseException:
+                sys.meta_path.insert(0, self)  # the import failed: watch the next attempt
+                raise
             _PENDING.pop(fullname, None)
             for function in functions:
                 _run(fullname, function)

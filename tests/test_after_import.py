@@ -126,3 +126,20 @@ def test_veRL_processes_import_trainer_and_engine_only_with_the_package_that_loo
     assert found["after_verl"] == {"trainer": False, "engine": False, "plugin": True, "cpu": True}
     assert found["cpu_engine"] == {"fsdp": "FSDPEngineWithLMHead", "fsdp2": "FSDPEngineWithLMHead"}
     assert found["trainer"] == "CobaTrainer"
+
+
+def test_a_failed_import_keeps_the_function_waiting_for_the_next_attempt(package, tmp_path):
+    import importlib
+
+    source = tmp_path / "watched_pkg" / "mod.py"
+    source.write_text("raise ImportError('not yet')\n")
+    seen = []
+    hooks.after_import(package, lambda: seen.append(sys.modules[package].VALUE))
+    with pytest.raises(ImportError, match="not yet"):
+        importlib.import_module(package)
+    assert seen == [] and hooks.pending() == [package]
+    source.write_text("VALUE = 7\n")
+    importlib.invalidate_caches()
+    sys.modules.pop(package, None)
+    importlib.import_module(package)
+    assert seen == [7] and hooks.pending() == []
