@@ -62,7 +62,7 @@ from tiny_runs import held_out, mean_held_out, print_side_by_side, read_log, run
 from coba_verl.lab.report import auc_until, compute_to_target
 
 REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "recipes/tiny_cpu/config/tiny.yaml"
+RECIPE = REPO / "recipes/tiny_cpu/config/_tiny.yaml"
 STRATEGIES = ("uniform", "coba")
 DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
 EVICTED = "training/filter_groups/evicted_samples"

@@ -74,7 +74,7 @@ EASY = {"levels": ["2+1", "2-1"], "warm_target": 0.25, "warm_max_steps": 600}
 MANIFEST = "prepare.json"
 #: Written by `measure_priors`: (successes, attempts) of every training prompt, for ``coba.prior_file``.
 PRIORS = "priors.jsonl"
-#: The tiny recipe's response length and rollout temperature (recipes/tiny_cpu/config/tiny.yaml).
+#: The tiny recipe's response length and rollout temperature (recipes/tiny_cpu/config/_tiny.yaml).
 RECIPE_MAX_TOKENS = 8
 RECIPE_TEMPERATURE = 1.0
 
@@ -110,6 +110,32 @@ def write_data(
     pd.DataFrame(_rows(train.prompts, train.answers, "train")).to_parquet(out / "train.parquet")
     pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(out / "test.parquet")
     return out
+
+
+def write_extra_test_set(
+    output_dir: str | Path,
+    n_test: int,
+    *,
+    n_train: int = 256,
+    seed: int = 0,
+    levels: Sequence[str] | None = None,
+) -> Path:
+    """Write ``test_<n_test>.parquet`` under ``output_dir``: the held-out prompts `write_data` would
+    write with ``n_test`` (`task.make_splits` draws the training prompts first, so they are the same
+    and the new set is disjoint from them); ``train.parquet``, ``test.parquet`` and the model are left
+    as they are. The model's warm start excluded the prompts of ``test.parquet`` only, so a prompt of
+    the larger set may have been among its fresh problems (never among the GRPO training prompts).
+    The DAPO bench (``recipes/tiny_cpu/config/dapo_bench.yaml``) validates on ``test_256.parquet``."""
+    import pandas as pd
+
+    from coba_verl.arithmetic.task import make_splits
+
+    out = Path(output_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    _, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
+    path = out / f"test_{n_test}.parquet"
+    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(path)
+    return path
 
 
 def prepare(
@@ -280,6 +306,14 @@ def main(argv: list[str] | None = None) -> int:
         help=f"also write {PRIORS}: every training prompt's pass rate from K samples of the model "
         "(a few seconds; train with coba.prior_file=<output-dir>/" + PRIORS + "); default: none",
     )
+    parser.add_argument(
+        "--extra-test-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also write test_N.parquet: N held-out prompts beside the test set, disjoint from the "
+        "training prompts (the DAPO bench validates on --extra-test-size 256); default: none",
+    )
     args = parser.parse_args(argv)
     if args.long and args.easy:
         parser.error("--long and --easy are two different warm starts: choose one")
@@ -299,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("wrote %s/{train,test}.parquet and %s/model", out, out)
     if args.priors:
         logger.info("wrote %s", measure_priors(out, args.priors, seed=args.seed))
+    if args.extra_test_size:
+        levels = EASY["levels"] if args.easy else None
+        extra = write_extra_test_set(
+            out, args.extra_test_size, n_train=args.train_size, seed=args.seed, levels=levels
+        )
+        logger.info("wrote %s", extra)
     return 0
 
 

@@ -103,3 +103,23 @@ def test_easy_and_long_warm_starts_are_exclusive(capsys):
     with pytest.raises(SystemExit):
         main(["--easy", "--long"])
     assert "choose one" in capsys.readouterr().err
+
+
+def test_extra_test_set_is_the_larger_split_and_leaves_the_data_as_it_was(tmp_path):
+    """``--extra-test-size N``: the held-out prompts write_data would write with N, beside the data
+    (the DAPO bench's test_256.parquet), disjoint from the unchanged training prompts."""
+    import pandas as pd
+
+    from coba_verl.arithmetic.tiny import write_data, write_extra_test_set
+
+    levels = ["2+1", "2-1"]
+    write_data(tmp_path / "data", n_test=64, levels=levels)
+    before = {f: (tmp_path / "data" / f).read_bytes() for f in ("train.parquet", "test.parquet")}
+    extra = write_extra_test_set(tmp_path / "data", 256, levels=levels)
+    assert extra.name == "test_256.parquet"
+    assert before == {f: (tmp_path / "data" / f).read_bytes() for f in before}
+    write_data(tmp_path / "big", n_test=256, levels=levels)
+    assert pd.read_parquet(extra).equals(pd.read_parquet(tmp_path / "big" / "test.parquet"))
+    prompts = {r[0]["content"] for r in pd.read_parquet(extra)["prompt"]}
+    train = {r[0]["content"] for r in pd.read_parquet(tmp_path / "data" / "train.parquet")["prompt"]}
+    assert len(prompts) == 256 and not prompts & train

@@ -68,7 +68,7 @@ GPU_ENGINE = (
 )
 COLOCATE_ASYNC = ("trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1")
 #: The tiny recipe's budget bounds (coba.min_rollouts, coba.max_rollouts).
-RECIPE = yaml.safe_load((REPO / "recipes/tiny_cpu/config/tiny.yaml").read_text())
+RECIPE = yaml.safe_load((REPO / "recipes/tiny_cpu/config/_tiny.yaml").read_text())
 MIN_ROLLOUTS, MAX_ROLLOUTS = RECIPE["coba"]["min_rollouts"], RECIPE["coba"]["max_rollouts"]
 #: Step of the checkpoint the second launch resumes from; the first launch ends there.
 SAVED_STEP = 2

@@ -184,10 +184,10 @@ def _has_key(node: object, dotted: str) -> bool:
 def test_recipe_yaml_sets_only_keys_that_exist_in_the_base_config(path: Path) -> None:
     # A misspelt key in a recipe yaml composes and passes validate_config silently (it is merged
     # in as a new key), so check each key against veRL's ppo_trainer plus the coba group.
-    base = raw(composed(str(ROOT / "coba_verl" / "config"), "coba_trainer", ()))
+    base = raw(composed(str(ROOT / "coba_verl" / "config"), "coba_trainer", ("+coba_cpu=cpu",)))
     own = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     keys = [k for k in _leaf_keys(own) if k.split(".")[0] not in ("hydra", "defaults")]
-    assert keys
+    assert keys or "_tiny" in own["defaults"]  # tiny.yaml is its base alone
     assert [k for k in keys if not _has_key(base, k)] == []
     assert not _has_key(base, "algorithm.kl_ctrl.kl_cof")  # the check has teeth
 
@@ -433,3 +433,21 @@ def test_sglang_is_refused_before_ray_in_the_async_modes_with_vllm_named_instead
     ):
         launch_checks(cfg)
     assert launch_checks(compose_run(task, {"ROLLOUT": "sglang"})).actor_rollout_ref.rollout.name == "sglang"
+
+
+#: The search's overrides of setting 5 on the tiny recipe (bench/dapo_bench_search.py and
+#: tiny_runs.run_seeded with --steps 48; docs/dapo_n16_design.md, amendments 2 and 4).
+DAPO_BENCH_SEARCH = (
+    "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward",
+    "trainer.total_training_steps=48", "trainer.total_epochs=48", "trainer.test_freq=48",
+    "trainer.save_freq=-1", "trainer.val_before_train=true", "actor_rollout_ref.rollout.n=16",
+    "coba.max_rollouts=64", "actor_rollout_ref.rollout.val_kwargs.n=2", "coba_cpu.poll_interval_s=0.05",
+)  # fmt: skip
+
+
+def test_dapo_bench_setting_is_the_searched_setting_5_and_passes_the_launch_checks():
+    """SETTING=dapo_bench composes exactly the uniform-only search's setting 5 (the frozen bench)."""
+    bench = compose_run("tiny_cpu", {"SETTING": "dapo_bench", "EXPERIMENT": "x"})
+    searched = compose_run("tiny_cpu", {"EXPERIMENT": "x"}, DAPO_BENCH_SEARCH)
+    assert raw(bench) == raw(searched)
+    assert launch_checks(bench).algorithm.filter_groups.enable
