@@ -21,12 +21,11 @@ ratio and whether the rule holds. Nothing but uniform is run or read.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
-from tiny_runs import run_seeded
+from tiny_runs import read_log, run_seeded
 
 DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward")
 RULE_SE = 3.0
@@ -48,12 +47,6 @@ def start_end(rows: list[dict]) -> tuple[float, float]:
     if len(vals) < 2 or vals[0][0] == vals[-1][0]:
         raise SystemExit("a run needs a validation before training and one after its last step")
     return vals[0][1], vals[-1][1]
-
-
-def read_rows(path: Path) -> list[dict]:
-    """veRL's file-logger rows from a ``metrics.jsonl`` (or a run folder holding one)."""
-    file = path / "metrics.jsonl" if path.is_dir() else path
-    return [json.loads(line)["data"] for line in file.read_text().splitlines()]
 
 
 def verdict(diffs: np.ndarray) -> tuple[float, float, float, bool]:
@@ -82,7 +75,7 @@ def main() -> None:
         parser.error("the standard error needs two runs or more")
     runs: list[tuple[str, list[dict], float]] = []
     if args.logs:
-        runs = [(str(p), read_rows(p), float("nan")) for p in args.logs]
+        runs = [(str(p), read_log(p), float("nan")) for p in args.logs]
     else:
         if len(args.seeds) < 2:
             parser.error("the standard error needs two seeds or more")

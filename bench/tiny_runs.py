@@ -39,8 +39,10 @@ def logger_env(work: Path) -> dict[str, str]:
 
 
 def read_log(work: Path) -> list[dict]:
-    """veRL's file-logger rows of the run in ``work``."""
-    return [json.loads(line)["data"] for line in (work / "metrics.jsonl").read_text().splitlines()]
+    """veRL's file-logger rows of the run in ``work`` (its ``metrics.jsonl``), or of the metrics file
+    ``work`` itself (the copies under docs/data)."""
+    file = work / "metrics.jsonl" if work.is_dir() else work
+    return [json.loads(line)["data"] for line in file.read_text().splitlines()]
 
 
 def run_seeded(
