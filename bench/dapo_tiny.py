@@ -41,7 +41,9 @@ tokens generated (summed ``coba/rollouts_generated``, ``coba/tokens_generated``)
 validation whose held-out accuracy reaches the same seed's uniform final
 (``coba_verl.lab.report.compute_to_target``), with the count of seeds that reach it and the
 CoBA / uniform ratio over seeds where both do; so is Δ AUC per generated rollout (token), the mean
-held-out accuracy over a common range of generated compute, from the validation before training.
+held-out accuracy over a common range of generated compute, from the validation before training,
+and the held-out gain per 10,000 generated rollouts, (after the last step - before training) /
+rollouts generated.
 ``--logs`` reads the folders of earlier runs instead of
 running (seed by seed, uniform then CoBA, as the script prints them). ``coba/trained_rollouts``
 differing from M x n in any step is reported as a defect and the script exits with status 1
@@ -174,6 +176,24 @@ def compute_to_target_table(results: dict[str, list[list[dict]]], seeds: list[in
         finite = [d for d in d_auc if not np.isnan(d)]
         auc = interval(finite) if finite else "n/a (no validation before training)"
         print(f"d AUC per generated {unit[:-1]}, coba - uniform over seeds: {auc}")
+    gain_per_generated(results, seeds)
+
+
+def gain_per_generated(results: dict[str, list[list[dict]]], seeds: list[int]) -> None:
+    """Per seed and strategy, the held-out gain per 10,000 generated rollouts: (accuracy after the
+    last step - accuracy before training) / rollouts generated x 10,000 (design amendment 5's measure
+    2), and CoBA minus uniform over seeds; nothing for runs without a validation before training."""
+    gains: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+    for i, seed in enumerate(seeds):
+        for strategy in STRATEGIES:
+            curve = validation_curve(results[strategy][i], "coba/rollouts_generated")
+            if len(curve) < 2 or curve[0][0] != 0.0:
+                return
+            gains[strategy].append((curve[-1][1] - curve[0][1]) / curve[-1][0] * 1e4)
+        print(f"seed {seed}: held-out gain per 10,000 generated rollouts "
+              + ", ".join(f"{s} {gains[s][-1]:+.4f}" for s in STRATEGIES))  # fmt: skip
+    diffs = [c - u for u, c in zip(gains["uniform"], gains["coba"], strict=True)]
+    print(f"held-out gain per 10,000 generated rollouts, coba - uniform over seeds: {interval(diffs)}")
 
 
 def interval(values: list[float]) -> str:
