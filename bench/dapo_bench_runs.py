@@ -2,15 +2,16 @@
 
     python -m coba_verl.arithmetic.tiny --output-dir DATA --easy --priors 8 --threads 2 --extra-test-size 256
     python bench/dapo_bench_runs.py --data-dir DATA --strategy coba --seeds 0 1 2          # C0
-    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba --seeds 0 1 2 coba.size_refills=true
+    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba coba.size_refills=true --seeds 0 1 2
     python bench/dapo_tiny.py --logs U0 C0 U1 C1 U2 C2 --steps 48 actor_rollout_ref.rollout.n=16
 
 Each seed runs exactly the command of the uniform-only search's setting 5
 (`dapo_bench_search.py`: ``tiny_runs.run_seeded`` with DAPO's filter on the reward, validation before
 training and after the last step, 48 steps, the bench's overrides of `BENCH`) with the strategy
 given and, for a CoBA strategy, the data's priors (``coba.prior_file=DATA/priors.jsonl``); extra
-Hydra overrides are appended. The bench's test set is ``DATA/test_256.parquet``. Prints each run's
-folder (its ``metrics.jsonl``) and wall time; `dapo_tiny.py --logs` reads them beside uniform's.
+Hydra overrides are appended (give them before ``--seeds``, which takes a list). The bench's test
+set is ``DATA/test_256.parquet``. Prints each run's folder (its ``metrics.jsonl``) and wall time;
+`dapo_tiny.py --logs` reads them beside uniform's.
 """
 
 from __future__ import annotations
