@@ -67,13 +67,14 @@ class _AfterImportFinder(importlib.abc.MetaPathFinder):
                 spec = find(fullname, path, target)
                 if spec is not None:
                     break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        loader = None if spec is None else spec.loader
+        if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
+            # no module, or a loader shared by many modules (a class: builtins, frozen modules)
             _PENDING.pop(self.name, None)
             for function in self.functions:  # nothing to wait for: as if no hook had been asked
                 logger.warning("coba-verl: %s cannot be watched; running %s now", fullname, function)
                 _run(fullname, function)
             return spec
-        loader = spec.loader
         original = loader.exec_module
         functions = self.functions
 

@@ -143,3 +143,23 @@ def test_a_failed_import_keeps_the_function_waiting_for_the_next_attempt(package
     sys.modules.pop(package, None)
     importlib.import_module(package)
     assert seen == [7] and hooks.pending() == []
+
+
+
+def test_a_module_whose_loader_is_a_shared_class_is_never_wrapped(caplog):
+    """A builtin module's loader is a class that loads every builtin: the function runs at once and
+    the class is left as it was."""
+    import importlib
+    import importlib.machinery
+
+    name = next((n for n in sys.builtin_module_names if n not in sys.modules), None)
+    if name is None:
+        pytest.skip("every builtin module is already imported")
+    before = vars(importlib.machinery.BuiltinImporter)["exec_module"]
+    seen = []
+    hooks.after_import(name, lambda: seen.append(True))
+    with caplog.at_level(logging.WARNING, logger="coba_verl.after_import"):
+        importlib.import_module(name)
+    assert seen == [True] and hooks.pending() == []
+    assert vars(importlib.machinery.BuiltinImporter)["exec_module"] is before
+    assert f"{name} cannot be watched" in caplog.text
