@@ -5,13 +5,13 @@
     python bench/dapo_bench_runs.py --data-dir DATA --strategy coba coba.size_refills=true --seeds 0 1 2
     python bench/dapo_tiny.py --logs U0 C0 U1 C1 U2 C2 --steps 48 actor_rollout_ref.rollout.n=16
 
-Each seed runs exactly the command of the uniform-only search's setting 5
-(`dapo_bench_search.py`: ``tiny_runs.run_seeded`` with DAPO's filter on the reward, validation before
-training and after the last step, 48 steps, the bench's overrides of `BENCH`) with the strategy
-given and, for a CoBA strategy, the data's priors (``coba.prior_file=DATA/priors.jsonl``); extra
-Hydra overrides are appended (give them before ``--seeds``, which takes a list). The bench's test
-set is ``DATA/test_256.parquet``. Prints each run's folder (its ``metrics.jsonl``) and wall time;
-`dapo_tiny.py --logs` reads them beside uniform's.
+Each seed launches the bench's own config (``--config-name dapo_bench``, the one file that holds the
+bench: DAPO's filter, n, B_up, the validation, the poll, its steps) through ``tiny_runs.run_seeded``
+with validation before training, the strategy given and, for a CoBA strategy, the data's priors
+(``coba.prior_file=DATA/priors.jsonl``); extra Hydra overrides are appended (give them before
+``--seeds``, which takes a list; ``actor_rollout_ref.rollout.n=8 coba.max_rollouts=32`` runs the
+bench at another n). The bench's test set is ``DATA/test_256.parquet``. Prints each run's folder
+(its ``metrics.jsonl``) and wall time; `dapo_tiny.py --logs` reads them beside uniform's.
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ import argparse
 import time
 from pathlib import Path
 
-from dapo_bench_search import DAPO
-from tiny_runs import run_seeded
+from omegaconf import OmegaConf
+from tiny_runs import REPO, run_seeded
 
-#: Setting 5 of the search (design amendments 2 and 4), as recipes/tiny_cpu/config/dapo_bench.yaml holds it.
-BENCH = (
-    "actor_rollout_ref.rollout.n=16", "coba.max_rollouts=64", "actor_rollout_ref.rollout.val_kwargs.n=2",
-    "coba_cpu.poll_interval_s=0.05",
-)  # fmt: skip
-STEPS = 48
+#: The frozen bench (setting 5 of the search, design amendments 2 and 4).
+CONFIG_NAME = "dapo_bench"
+STEPS = OmegaConf.load(REPO / f"recipes/tiny_cpu/config/{CONFIG_NAME}.yaml").trainer.total_training_steps
 TEST_SET = "test_256.parquet"
 
 
@@ -51,8 +48,8 @@ def main() -> None:
     for seed in args.seeds:
         start = time.perf_counter()
         _, work = run_seeded(
-            data, args.strategy, seed, STEPS, "dapo_bench", *DAPO, "trainer.val_before_train=true", *BENCH,
-            f"data.val_files={test}", *priors, *args.overrides,
+            data, args.strategy, seed, STEPS, CONFIG_NAME, "trainer.val_before_train=true",
+            f"data.val_files={test}", *priors, *args.overrides, config_name=CONFIG_NAME,
         )  # fmt: skip
         print(f"seed {seed} {args.strategy} {' '.join(args.overrides)}: {work} "
               f"({(time.perf_counter() - start) / 60:.1f} min)", flush=True)  # fmt: skip

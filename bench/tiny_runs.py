@@ -19,13 +19,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
-def recipe_command(data: Path, work: Path, strategy: str, *overrides: str) -> list[str]:
-    """``python -m coba_verl.main`` on the tiny recipe with ``data``'s files and model, its checkpoints
-    in ``work``, veRL's metrics to the console and the file logger, no validation before training,
-    then ``overrides`` (later ones win)."""
+def recipe_command(
+    data: Path, work: Path, strategy: str, *overrides: str, config_name: str = "tiny"
+) -> list[str]:
+    """``python -m coba_verl.main`` on the tiny recipe's ``config_name`` (a file of
+    ``recipes/tiny_cpu/config``) with ``data``'s files and model, its checkpoints in ``work``, veRL's
+    metrics to the console and the file logger, no validation before training, then ``overrides``
+    (later ones win)."""
     return [
         sys.executable, "-m", "coba_verl.main",
-        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", "tiny",
+        "--config-path", str(REPO / "recipes/tiny_cpu/config"), "--config-name", config_name,
         f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
         f"actor_rollout_ref.model.path={data / 'model'}", f"coba.strategy={strategy}",
         f"trainer.default_local_dir={work / 'ckpt'}", "trainer.logger=[console,file]",
@@ -46,10 +49,11 @@ def read_log(work: Path) -> list[dict]:
 
 
 def run_seeded(
-    data: Path, strategy: str, seed: int, steps: int, prefix: str, *overrides: str
+    data: Path, strategy: str, seed: int, steps: int, prefix: str, *overrides: str, config_name: str = "tiny"
 ) -> tuple[list[dict], Path]:
-    """One run of ``steps`` steps with ``seed`` as the data and rollout seed, validated after the
-    last step; veRL's logged rows (the last with the final validation) and the run's folder.
+    """One run of ``steps`` steps of the tiny recipe's ``config_name`` with ``seed`` as the data and
+    rollout seed, validated after the last step; veRL's logged rows (the last with the final
+    validation) and the run's folder.
 
     ``trainer.total_epochs`` is set to ``steps`` (at least one step an epoch), so that the steps,
     not the recipe's epochs over a small training set, end the run; a run that logs fewer steps
@@ -60,7 +64,7 @@ def run_seeded(
         f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
         f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}",
         f"trainer.test_freq={steps}", "trainer.save_freq=-1",
-        *overrides,
+        *overrides, config_name=config_name,
     )  # fmt: skip
     env = {**logger_env(work), "TOKENIZERS_PARALLELISM": "false"}
     with open(work / "stdout.log", "w") as out:
