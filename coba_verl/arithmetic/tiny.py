@@ -30,9 +30,12 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coba_verl.refusal import CobaRefusal
+
+if TYPE_CHECKING:
+    from coba_verl.arithmetic.task import Split
 
 __all__ = ["DATA_SOURCE", "PRIORS", "compute_score", "main", "measure_priors", "prepare", "write_data"]
 
@@ -88,6 +91,23 @@ def _level_kwargs(levels: Sequence[str] | None) -> dict[str, Any]:
     return {"levels": parse_levels(dict.fromkeys(levels, 1.0))}
 
 
+def _splits(seed: int, n_train: int, n_test: int, levels: Sequence[str] | None) -> tuple[Split, Split]:
+    """The training and held-out prompts of ``seed`` (`task.make_splits`, which draws the training
+    prompts first: they do not depend on ``n_test``)."""
+    from coba_verl.arithmetic.task import make_splits
+
+    return make_splits(seed, n_train, n_test, **_level_kwargs(levels))
+
+
+def _write_split(path: Path, split: Split, name: str) -> Path:
+    """Write ``split``'s prompts to ``path`` as veRL's rows (`_rows`, ``extra_info.split = name``)."""
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(_rows(split.prompts, split.answers, name)).to_parquet(path)
+    return path
+
+
 def write_data(
     output_dir: str | Path,
     *,
@@ -100,15 +120,10 @@ def write_data(
 
     ``levels`` names the task levels to draw from (e.g. ``["2+1", "2-1"]``); None: all of them.
     """
-    import pandas as pd
-
-    from coba_verl.arithmetic.task import make_splits
-
     out = Path(output_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    train, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
-    pd.DataFrame(_rows(train.prompts, train.answers, "train")).to_parquet(out / "train.parquet")
-    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(out / "test.parquet")
+    train, test = _splits(seed, n_train, n_test, levels)
+    _write_split(out / "train.parquet", train, "train")
+    _write_split(out / "test.parquet", test, "test")
     return out
 
 
@@ -126,16 +141,8 @@ def write_extra_test_set(
     as they are. The model's warm start excluded the prompts of ``test.parquet`` only, so a prompt of
     the larger set may have been among its fresh problems (never among the GRPO training prompts).
     The DAPO bench (``recipes/tiny_cpu/config/dapo_bench.yaml``) validates on ``test_256.parquet``."""
-    import pandas as pd
-
-    from coba_verl.arithmetic.task import make_splits
-
-    out = Path(output_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    _, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
-    path = out / f"test_{n_test}.parquet"
-    pd.DataFrame(_rows(test.prompts, test.answers, "test")).to_parquet(path)
-    return path
+    _, test = _splits(seed, n_train, n_test, levels)
+    return _write_split(Path(output_dir).expanduser() / f"test_{n_test}.parquet", test, "test")
 
 
 def prepare(
@@ -167,7 +174,6 @@ def prepare(
     import torch
 
     from coba_verl.arithmetic.model import ModelSpec, build_model_for
-    from coba_verl.arithmetic.task import make_splits
     from coba_verl.arithmetic.tokenizer import chat_tokenizer
     from coba_verl.arithmetic.warmstart import warm_start
 
@@ -191,7 +197,7 @@ def prepare(
     manifest.unlink(missing_ok=True)  # a half-written output is never reused
     start = time.perf_counter()
     write_data(out, n_train=n_train, n_test=n_test, seed=seed, levels=levels)
-    train, test = make_splits(seed, n_train, n_test, **_level_kwargs(levels))
+    train, test = _splits(seed, n_train, n_test, levels)
 
     tokenizer = chat_tokenizer()
     backend = tokenizer.backend_tokenizer  # what the warm start encodes with
