@@ -41,12 +41,6 @@ def _run(name: str, function: Callable[[], None]) -> None:
         logger.exception("coba-verl: %s, run after importing %s, failed", label, name)
 
 
-def _initialising(module: ModuleType) -> bool:
-    """True while ``module``'s own code is still executing (it is in sys.modules, not yet done)."""
-    spec = getattr(module, "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
 class _AfterImportFinder(importlib.abc.MetaPathFinder):
     """Finds nothing itself: on the watched module's import it wraps the real loader's exec_module."""
 
@@ -108,10 +102,7 @@ def after_import(name: str, function: Callable[[], None]) -> None:
     """Call ``function()`` once the module ``name`` has been imported: now if it already has been,
     else right after its import executes it. A module imported in the middle of its own code
     (``name`` is being imported now) runs ``function`` now, as an eager registration would."""
-    module = sys.modules.get(name)
-    if module is not None:
-        if _initialising(module):
-            logger.debug("%s is being imported; running %s now", name, function)
+    if name in sys.modules:
         _run(name, function)
         return
     finder = _PENDING.get(name)
