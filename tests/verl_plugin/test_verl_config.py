@@ -360,6 +360,33 @@ def test_size_refills_passes_in_the_v1_sync_trainer_with_dapo_for_any_strategy(b
     assert coba.size_refills is True and coba.strategy == strategy
 
 
+@pytest.mark.parametrize(
+    ("strategy", "dapo", "sized"),
+    [("coba", True, True), ("knapsack", True, True), ("uniform", True, False), ("coba", False, False)],
+)
+def test_size_refills_auto_sizes_a_non_uniform_strategy_under_sync_dapo_only(base_1x8, strategy, dapo, sized):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.size_refills", "auto", force_add=True)
+    OmegaConf.update(config, "coba.strategy", strategy, force_add=True)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", dapo, force_add=True)
+    assert prepare_config(config).size_refills is sized
+
+
+def test_size_refills_auto_is_off_in_the_classic_trainer_without_a_refusal(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.size_refills", "auto", force_add=True)
+    OmegaConf.update(config, "algorithm.filter_groups.enable", True, force_add=True)
+    OmegaConf.update(config, "trainer.use_v1", False)
+    assert coba_config_from(config).size_refills is False
+
+
+def test_size_refills_refuses_a_string_other_than_auto_naming_the_values(base_1x8):
+    config = copy.deepcopy(base_1x8)
+    OmegaConf.update(config, "coba.size_refills", "yes", force_add=True)
+    with pytest.raises(TypeError, match=r"coba.size_refills='yes' \(str\) must be one of true, false, auto"):
+        prepare_config(config)
+
+
 # ---------------------------------------------------------------- veRL's asynchronous trainers at start
 
 #: What makes ``base_1x8`` (M = 64, ppo_mini_batch_size = 16, tensor parallel 2) a ``separate_async``

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
-from coba_verl.refusal import CobaRefusal
+from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
 from coba_verl.verl_plugin.launch.verl_start import check_verl_start
 from coba_verl.verl_plugin.verl_names import COBA_MODES, coba_mode
 
@@ -51,10 +51,37 @@ SUPPORTED_ADV_ESTIMATORS: tuple[str, ...] = ("grpo",)
 
 
 def coba_config_from(config: DictConfig) -> CobaConfig:
-    """Build the `CobaConfig` from the ``coba`` node of a veRL config (dataclass defaults if absent)."""
+    """Build the `CobaConfig` from the ``coba`` node of a veRL config (dataclass defaults if absent),
+    ``coba.size_refills=auto`` resolved (`resolve_size_refills`)."""
     node = OmegaConf.select(config, "coba")
     mapping: dict[str, Any] = {} if node is None else OmegaConf.to_container(node, resolve=True)  # type: ignore[assignment]
+    if "size_refills" in mapping:
+        mapping["size_refills"] = resolve_size_refills(config, mapping)
     return CobaConfig.from_mapping(mapping)
+
+
+#: The values ``coba.size_refills`` takes in veRL.
+SIZE_REFILLS_VALUES: tuple[str, ...] = ("true", "false", "auto")
+
+
+def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
+    """``coba.size_refills`` as `CobaConfig` takes it: ``auto`` is true for a strategy other than
+    ``uniform`` in the V1 sync trainer with DAPO dynamic sampling (C-size, where it works) and false
+    elsewhere, so uniform stays veRL's own DAPO (docs/dapo_n16_design.md, section 4 and amendment 7);
+    true and false pass as they are (`check_size_refills` refuses true where C-size cannot work).
+
+    Raises:
+        CobaTypeRefusal: another string, naming it and the values taken.
+    """
+    value = mapping["size_refills"]
+    if not isinstance(value, str):
+        return value
+    if value != "auto":
+        raise CobaTypeRefusal(
+            f"coba.size_refills={value!r} (str) must be one of {', '.join(SIZE_REFILLS_VALUES)}."
+        )
+    strategy = mapping.get("strategy", CobaConfig.strategy)
+    return strategy != "uniform" and not missing_for_sync_dapo(config)
 
 
 #: Top-level key `check_config` sets (to true) in a config it has passed, so that the next checks
