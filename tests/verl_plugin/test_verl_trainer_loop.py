@@ -516,7 +516,11 @@ def test_session_count_check_fires_when_the_engine_ignores_rollout_n(
 
 # ---------------------------------------------------------------------- DAPO dynamic sampling
 # A window longer than the run: the tracker's pass rates are then totals over every observation.
-DAPO = ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward", "coba.window=50")
+# C0, whatever coba.size_refills's default: C-size has its own tests (test_verl_refill_sizing.py).
+DAPO = (
+    "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=reward", "coba.window=50",
+    "coba.size_refills=false",
+)  # fmt: skip
 
 
 def logged_steps(path) -> dict[int, dict]:

@@ -274,7 +274,7 @@ def missing_for_sync_dapo(config: DictConfig) -> str:
     """The settings the V1 sync trainer with DAPO dynamic sampling needs that ``config`` lacks, joined
     with "and" ("" when none is missing)."""
     dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
-    sync = bool(config.trainer.use_v1) and coba_mode(config.trainer.v1.trainer_mode) == COBA_MODES["sync"]
+    sync = bool(config.trainer.use_v1) and config.trainer.v1.trainer_mode in ("sync", COBA_MODES["sync"])
     needed = (("trainer.use_v1=true with trainer.v1.trainer_mode=sync", sync),
               ("algorithm.filter_groups.enable=true", dapo))  # fmt: skip
     return " and ".join(setting for setting, met in needed if not met)
