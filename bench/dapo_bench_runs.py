@@ -1,8 +1,8 @@
 """Runs on the frozen DAPO bench (``recipes/tiny_cpu/config/dapo_bench.yaml``; design amendment 5).
 
     python -m coba_verl.arithmetic.tiny --output-dir DATA --easy --priors 8 --threads 2 --extra-test-size 256
-    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba coba.size_refills=false --seeds 0 1 2   # C0
-    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba --seeds 0 1 2   # C-size (the default, auto)
+    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba coba.size_refills=false --seeds 0 1 2 # C0
+    python bench/dapo_bench_runs.py --data-dir DATA --strategy coba --seeds 0 1 2  # C-size (default)
     python bench/dapo_tiny.py --logs U0 C0 U1 C1 U2 C2 --steps 48 actor_rollout_ref.rollout.n=16
 
 Each seed launches the bench's own config (``--config-name dapo_bench``, the one file that holds the
