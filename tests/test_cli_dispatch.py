@@ -86,6 +86,7 @@ def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl()
     import sys
 
     from coba_verl.core.config import CobaConfig
+    from coba_verl.verl_plugin.launch.config_bridge import VERL_DEFAULTS
 
     code = (
         "import sys; from coba_verl import cli; cli.main(['train', '--help']); print('verl' in sys.modules)"
@@ -96,8 +97,9 @@ def test_train_help_is_our_short_usage_with_every_coba_key_and_imports_no_verl()
     assert out[0] == "usage: coba-verl train [--cpu] [KEY=VALUE ...]" and out[-1] == "False"
     assert len(out) < 50
     for f in dataclasses.fields(CobaConfig):
-        default = "null" if f.default is None else str(f.default)
-        default = default.lower() if isinstance(f.default, bool) else default  # as the yaml spells it
+        value = VERL_DEFAULTS.get(f.name, f.default)  # the yaml's, where veRL resolves it
+        default = "null" if value is None else str(value)
+        default = default.lower() if isinstance(value, bool) else default  # as the yaml spells it
         assert any(
             line.split()[0] == f"coba.{f.name}={default}" for line in out if line.startswith("  coba.")
         ), f

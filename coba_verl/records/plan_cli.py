@@ -80,9 +80,9 @@ def plan(args: argparse.Namespace) -> str:
     common = dict(
         prompts=args.prompts, n=args.n, min_rollouts=args.min_rollouts, max_rollouts=args.max_rollouts,
         dapo=args.dapo, steps=args.steps, draws=args.draws, seed=args.seed, truth=truth,
-        size_refills=args.size_refills,
     )  # fmt: skip
-    costs = [plan_step_cost(pop, strategy="uniform", **common)]
+    sized = {name: sized_waves(args.size_refills, name, args.dapo) for name in ("uniform", args.strategy)}
+    costs = [plan_step_cost(pop, strategy="uniform", size_refills=sized["uniform"], **common)]
     if args.strategy != "uniform":
         costs.append(
             plan_step_cost(
@@ -90,12 +90,24 @@ def plan(args: argparse.Namespace) -> str:
                 strategy=args.strategy,
                 failure_rate=args.failure_rate,
                 skip_spread_below=args.skip_spread_below,
+                size_refills=sized[args.strategy],
                 **common,
             )  # fmt: skip
         )
     elif args.failure_rate is not None:
         raise CobaRefusal(f"--failure-rate {args.failure_rate}: uniform budgets read no Beta.")
-    return format_plan(pop, costs, failure_rate=args.failure_rate, **common)
+    sized_rows = [name for name in dict.fromkeys(sized) if sized[name]]
+    return format_plan(pop, costs, failure_rate=args.failure_rate, sized=sized_rows, **common)
+
+
+def sized_waves(setting: str, strategy: str, dapo: bool) -> bool:
+    """Whether ``strategy``'s row sizes its waves under ``--size-refills setting``, as veRL resolves
+    ``coba.size_refills`` (`config_bridge.resolve_size_refills`): ``auto`` for a strategy other than
+    uniform under DAPO, ``true`` for every row (DAPO only: `plan_step_cost` refuses it otherwise),
+    ``false`` for none."""
+    if setting == "auto":
+        return dapo and strategy != "uniform"
+    return setting == "true"
 
 
 def _row(label: str, values: list[str]) -> str:
@@ -116,14 +128,14 @@ def format_plan(
     seed: int,
     truth: str,
     failure_rate: float | None = None,
-    size_refills: bool = False,
+    sized: list[str] | None = None,
 ) -> str:
     """The plan as a short text table: uniform, then the strategy and its ratio to uniform."""
     p = pop.estimates
     lines = [
         f"coba-verl plan: M={prompts} prompts x n={n} = {prompts * n} rollouts a step, budgets in "
         f"[{min_rollouts}, {max_rollouts}], DAPO {'on' if dapo else 'off'}"
-        + (", waves sized to the rollouts missing (size_refills)" if size_refills else ""),
+        + (f", waves sized to the rollouts missing: {', '.join(sized)} (size_refills)" if sized else ""),
         f"prompts: {pop.size} from {pop.source}; mean pass rate {p.mean():.3f}, "
         f"{np.mean(p == 0):.0%} at 0, {np.mean(p == 1):.0%} at 1",
     ]
@@ -200,8 +212,9 @@ def parser() -> argparse.ArgumentParser:
         help="coba.skip_spread_below of the CoBA row (GRESO's skip; --dapo only; default 0: off)",
     )  # fmt: skip
     ap.add_argument(
-        "--size-refills", action="store_true",
-        help="coba.size_refills for both rows (C-size: each wave sized to the rollouts missing; --dapo only)",
+        "--size-refills", nargs="?", const="true", default="auto", choices=("auto", "true", "false"),
+        help="coba.size_refills (C-size: each wave sized to the rollouts missing; DAPO only): auto (the "
+        "default, as in veRL) for the CoBA row under --dapo, true (or the bare flag) both rows, false none",
     )  # fmt: skip
     ap.add_argument("--truth", choices=TRUTHS, help="default: posterior for a prior file, estimate for rates")
     ap.add_argument("--steps", type=int, default=1, help="steps of a run, the tracker learning (default 1)")

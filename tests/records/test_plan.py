@@ -138,3 +138,28 @@ def test_plan_needs_numpy_only():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines()[-1] == "0 []", done.stderr[-2000:]
+
+
+def _plan_text(capsys, *extra: str) -> str:
+    assert main(["--prior-file", str(PRIORS), "--prompts", "16", "--n", "8", "--max-rollouts", "32",
+                 "--draws", "5", "--steps", "4", *extra]) == 0  # fmt: skip
+    return capsys.readouterr().out
+
+
+def _per_trained(out: str) -> list[float]:
+    line = next(line for line in out.splitlines() if "rollouts generated per trained" in line)
+    return [float(v) for v in line.split()[-3:-1]]
+
+
+def test_size_refills_auto_sizes_the_coba_row_only_under_dapo_as_verl_resolves_it(priors, capsys):
+    auto = _plan_text(capsys, "--dapo")
+    assert "waves sized to the rollouts missing: coba (size_refills)" in auto.splitlines()[0]
+    kw = dict(prompts=16, n=8, max_rollouts=32, dapo=True, steps=4, draws=5, truth="posterior")
+    uniform = plan_step_cost(priors, strategy="uniform", **kw).generated_per_trained
+    sized = plan_step_cost(priors, strategy="coba", size_refills=True, **kw).generated_per_trained
+    assert _per_trained(auto) == pytest.approx([round(uniform, 3), round(sized, 3)])
+    both = _plan_text(capsys, "--dapo", "--size-refills")  # the bare flag: every row, as before
+    assert "sized to the rollouts missing: uniform, coba" in both.splitlines()[0]
+    plain = _plan_text(capsys, "--dapo", "--size-refills", "false")
+    assert "sized" not in plain.splitlines()[0] and _per_trained(plain)[1] != _per_trained(auto)[1]
+    assert "sized" not in _plan_text(capsys).splitlines()[0]  # auto without DAPO: no row sized

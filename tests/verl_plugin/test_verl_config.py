@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from coba_verl.core import group_weight
 from coba_verl.core.config import CobaConfig
 from coba_verl.refusal import CobaRefusal
-from coba_verl.verl_plugin.launch.config_bridge import check_config, coba_config_from
+from coba_verl.verl_plugin.launch.config_bridge import VERL_DEFAULTS, check_config, coba_config_from
 from coba_verl.verl_plugin.main import prepare_config
 from coba_verl.verl_plugin.verl_names import COBA_TRAINER_MODE
 
@@ -54,12 +54,6 @@ APART = {
     "skip_spread_below": ("algorithm.filter_groups.enable=true",),
     "size_refills": ("algorithm.filter_groups.enable=true",),
 }
-
-
-#: veRL's defaults that `coba_config_from` resolves before `CobaConfig` sees them (the rest mirror it):
-#: ``size_refills=auto``, C-size for a strategy other than uniform under the V1 sync trainer's DAPO
-#: (docs/dapo_n16_design.md, amendment 7).
-VERL_DEFAULTS = {"size_refills": "auto"}
 
 
 def test_coba_yaml_mirrors_cobaconfig_keys_and_defaults():

@@ -62,6 +62,9 @@ def coba_config_from(config: DictConfig) -> CobaConfig:
 
 #: The values ``coba.size_refills`` takes in veRL.
 SIZE_REFILLS_VALUES: tuple[str, ...] = ("true", "false", "auto")
+#: The ``coba`` group's defaults (its yaml) that differ from `CobaConfig`'s: `coba_config_from`
+#: resolves them (``size_refills=auto``: `resolve_size_refills`).
+VERL_DEFAULTS: dict[str, Any] = {"size_refills": "auto"}
 
 
 def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
