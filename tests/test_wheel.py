@@ -65,14 +65,13 @@ check_plugin_loaded()
 
 # The config groups from the installed package data, as `coba-verl train` and the recipes find them.
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 with initialize_config_module(config_module="coba_verl.config", version_base=None):
     cfg = compose(config_name="coba_trainer", overrides=["coba.strategy=uniform", "+coba_cpu=cpu"])
 assert cfg.coba.strategy == "uniform", cfg.coba
 assert cfg.coba_cpu.enable is True and cfg.trainer.device == "cpu"
 assert cfg.algorithm.adv_estimator == "grpo" and "actor_rollout_ref" in cfg  # veRL's ppo_trainer
-from coba_verl.core import CobaConfig
-CobaConfig.from_mapping(OmegaConf.to_container(cfg.coba, resolve=True))
+from coba_verl.verl_plugin.launch.config_bridge import coba_config_from  # as a run builds its CobaConfig
+assert coba_config_from(cfg).size_refills is False  # auto, uniform: veRL's own DAPO
 print("CHECKED", where)
 """
 
