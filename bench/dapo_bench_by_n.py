@@ -18,8 +18,8 @@ a seed counts at an n when its three runs are there. Per n and change (C0 = ``co
     Δ final           held-out accuracy after the last step minus U's
     reach U           measure 3: seeds whose last validation reaches U's final
     plan              measure 4: `coba-verl plan`'s generated per trained rollout for the run's M, n,
-                      B_up = the largest budget logged, DAPO on, its steps, ``--draws`` draws; U-size's
-                      plan row for C-size's ratio is not used: the ratio is to plain U, as measured
+                      B_up (`shape`: the top of CoBA's budget histogram), DAPO on, its steps, ``--draws``
+                      draws; C-size's predicted ratio is to plain U's row, as measured
 
 Every step of every run must train M x n rollouts; one that does not stops the script (a defect).
 """
