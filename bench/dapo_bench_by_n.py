@@ -30,8 +30,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from dapo_tiny import per_trained, training_steps, validation_curve
-from scipy import stats
+from dapo_tiny import gain_per_10k, interval, per_trained, t_interval, training_steps, validation_curve
 from tiny_runs import read_log
 
 from coba_verl.core.config import CobaConfig
@@ -68,30 +67,6 @@ def shape(uniform: list[dict], coba: list[dict]) -> dict[str, int]:
     return {"prompts": int(trained.pop()) // n, "n": n, "max_rollouts": budget_up, "steps": len(steps)}
 
 
-def gain_per_10k(rows: list[dict]) -> float:
-    """(held-out after the last step - before training) / rollouts generated x 10,000."""
-    curve = validation_curve(rows, "coba/rollouts_generated")
-    if len(curve) < 2 or curve[0][0] != 0.0:
-        raise SystemExit("a run without a validation before training and after its last step")
-    return (curve[-1][1] - curve[0][1]) / curve[-1][0] * 1e4
-
-
-def interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval over seeds (the mean three times for one seed)."""
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, mean, mean
-    half = float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
-    return mean, mean - half, mean + half
-
-
-def text(values: list[float], sign: str = "") -> str:
-    """``mean [low, high]`` of `interval`, three decimals, ``sign="+"`` for differences."""
-    mean, low, high = interval(values)
-    form = f"{sign}.3f"
-    return f"{mean:{form}} [{low:{form}}, {high:{form}}]" if len(values) > 1 else f"{mean:{form}}"
-
-
 def measures(runs: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[float]]]:
     """Per change, per seed: the ratios and differences to U of the module docstring."""
     out: dict[str, dict[str, list[float]]] = {}
@@ -105,11 +80,12 @@ def measures(runs: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[floa
             m["tok"].append(
                 per_trained(cs, "coba/tokens_generated") / per_trained(us, "coba/tokens_generated")
             )
-            m["gain"].append(gain_per_10k(c) - gain_per_10k(u))
-            u_final, c_final = (
-                validation_curve(u, "coba/rollouts_generated")[-1][1],
-                validation_curve(c, "coba/rollouts_generated")[-1][1],
-            )
+            curves = [validation_curve(rows, "coba/rollouts_generated") for rows in (u, c)]
+            u_gain, c_gain = (gain_per_10k(curve) for curve in curves)
+            if u_gain is None or c_gain is None:
+                raise SystemExit("a run without a validation before training and after its last step")
+            m["gain"].append(c_gain - u_gain)
+            u_final, c_final = (curve[-1][1] for curve in curves)
             m["final"].append(c_final - u_final)
             m["reach"].append(float(c_final >= u_final))
         out[change] = m
@@ -128,42 +104,48 @@ def planned(pop: Population, runs: dict[str, list[list[dict]]], draws: int) -> d
 
 
 def report(
-    n_label: str, seeds: list[int], runs: dict[str, list[list[dict]]], plan: dict[str, float] | None
+    n_label: str,
+    seeds: list[int],
+    runs: dict[str, list[list[dict]]],
+    measured: dict[str, dict[str, list[float]]],
+    plan: dict[str, float] | None,
 ) -> None:
-    """Print one n's table."""
+    """Print one n's table (``measured``: `measures` of ``runs``)."""
     pooled = {name: per_trained([r for rows in runs[name] for r in training_steps(rows)],
                                 "coba/rollouts_generated") for name in RUNS}  # fmt: skip
     print(f"\n{n_label}: seeds {seeds}; generated per trained rollout, pooled: "
           + ", ".join(f"{RUNS[name][0]} {value:.3f}" for name, value in pooled.items()))  # fmt: skip
     if plan is not None:
         print("  plan's prediction: " + ", ".join(f"{RUNS[k][0]} {v:.3f}" for k, v in plan.items()))
-    for change, m in measures(runs).items():
+    for change, m in measured.items():
         label = RUNS[change][0]
         planned_ratio = "" if plan is None else f" (plan {plan[change] / plan['uniform']:.3f})"
-        print(
-            f"  {label:<7} gen/trained / U {text(m['gen'])}{planned_ratio}; tok/trained / U {text(m['tok'])}"
-        )
-        print(f"  {'':<7} gain/10k - U's {text(m['gain'], '+')}; Δ final {text(m['final'], '+')}; "
+        print(f"  {label:<7} gen/trained / U {interval(m['gen'])}{planned_ratio}; "
+              f"tok/trained / U {interval(m['tok'])}")  # fmt: skip
+        print(f"  {'':<7} gain/10k - U's {interval(m['gain'], '+')}; Δ final {interval(m['final'], '+')}; "
               f"reach U's final {int(sum(m['reach']))}/{len(seeds)}")  # fmt: skip
 
 
-def plot(by_n: dict[int, dict[str, list[list[dict]]]], plans: dict[int, dict[str, float]], png: Path) -> None:
-    """Measure 1's ratio to U against n, mean and 95 % t-interval, plan's prediction hollow."""
+def plot(
+    measured: dict[int, dict[str, dict[str, list[float]]]], plans: dict[int, dict[str, float]], png: Path
+) -> None:
+    """Measure 1's ratio to U against n (``measured``: `measures` by n), mean and 95 % t-interval,
+    plan's prediction hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
-    ns = sorted(by_n)
+    ns = sorted(measured)
     for offset, (change, color) in zip(
         (-0.04, 0.04), ((CHANGES[0], "tab:blue"), (CHANGES[1], "tab:orange")), strict=True
     ):
-        stats_n = [interval(measures(by_n[n])[change]["gen"]) for n in ns]
+        stats_n = [t_interval(measured[n][change]["gen"]) for n in ns]
         x = [np.log2(n) + offset for n in ns]
         mean = np.array([s[0] for s in stats_n])
         err = np.array([[s[0] - s[1] for s in stats_n], [s[2] - s[0] for s in stats_n]])
-        seeds = [len(by_n[n]["uniform"]) for n in ns]
+        seeds = [len(measured[n][change]["gen"]) for n in ns]
         ax.errorbar(x, mean, yerr=err, fmt="o-", color=color, capsize=3,
                     label=f"{RUNS[change][0]} (seeds {'/'.join(map(str, seeds))})")  # fmt: skip
         if plans:
@@ -199,19 +181,19 @@ def main() -> None:
     if args.prior_file is not None:
         records = read_prior_file(args.prior_file, CobaConfig.prior_weight, "--prior-file")
         pop = Population(records.successes, records.attempts, None, source=str(args.prior_file))
-    by_n, plans = {}, {}
+    measured, plans = {}, {}
     for folder in folders:
         seeds, runs = load(folder)
         if not seeds:
             print(f"\n{folder.name}: no seed with all three runs")
             continue
         n = shape(runs["uniform"][0], runs["coba"][0])["n"]
-        by_n[n] = runs
+        measured[n] = measures(runs)
         if pop is not None:
             plans[n] = planned(pop, runs, args.draws)
-        report(f"n = {n}", seeds, runs, plans.get(n))
+        report(f"n = {n}", seeds, runs, measured[n], plans.get(n))
     if args.png is not None:
-        plot(by_n, plans, args.png)
+        plot(measured, plans, args.png)
 
 
 if __name__ == "__main__":

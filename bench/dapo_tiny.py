@@ -186,23 +186,40 @@ def gain_per_generated(results: dict[str, list[list[dict]]], seeds: list[int]) -
     gains: dict[str, list[float]] = {s: [] for s in STRATEGIES}
     for i, seed in enumerate(seeds):
         for strategy in STRATEGIES:
-            curve = validation_curve(results[strategy][i], "coba/rollouts_generated")
-            if len(curve) < 2 or curve[0][0] != 0.0:
+            gain = gain_per_10k(validation_curve(results[strategy][i], "coba/rollouts_generated"))
+            if gain is None:
                 return
-            gains[strategy].append((curve[-1][1] - curve[0][1]) / curve[-1][0] * 1e4)
+            gains[strategy].append(gain)
         print(f"seed {seed}: held-out gain per 10,000 generated rollouts "
               + ", ".join(f"{s} {gains[s][-1]:+.4f}" for s in STRATEGIES))  # fmt: skip
     diffs = [c - u for u, c in zip(gains["uniform"], gains["coba"], strict=True)]
     print(f"held-out gain per 10,000 generated rollouts, coba - uniform over seeds: {interval(diffs)}")
 
 
-def interval(values: list[float]) -> str:
-    """Mean and 95 % t-interval over seeds (just the mean for one seed)."""
+def gain_per_10k(curve: list[tuple[float, float]]) -> float | None:
+    """(held-out after the last step - before training) / rollouts generated x 10,000, from a run's
+    `validation_curve` over ``coba/rollouts_generated`` (design amendment 5's measure 2); None for a
+    run without a validation before training and one after."""
+    if len(curve) < 2 or curve[0][0] != 0.0:
+        return None
+    return (curve[-1][1] - curve[0][1]) / curve[-1][0] * 1e4
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95 % t-interval over seeds (the mean three times for one seed)."""
     mean = float(np.mean(values))
     if len(values) < 2:
-        return f"{mean:.3f}"
-    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
-    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+def interval(values: list[float], sign: str = "") -> str:
+    """`t_interval` as ``mean [low, high]``, three decimals (the mean alone for one seed);
+    ``sign="+"`` for differences."""
+    mean, low, high = t_interval(values)
+    form = f"{sign}.3f"
+    return f"{mean:{form}} [{low:{form}}, {high:{form}}]" if len(values) > 1 else f"{mean:{form}}"
 
 
 def main() -> None:
