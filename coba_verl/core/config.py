@@ -25,6 +25,8 @@ SOLVERS: tuple[str, ...] = ("fast", "heap", "dp")
 BUDGET_UNITS: tuple[str, ...] = ("rollouts", "tokens")
 #: ``CobaConfig.cut_sessions``: which sessions a group cut to the update's budget keeps.
 CUT_SESSIONS: tuple[str, ...] = ("auto", "random", "spread")
+#: The words ``size_refills`` takes where it is set by name (veRL's ``coba`` group, `coba-verl plan`).
+SIZE_REFILLS_VALUES: tuple[str, ...] = ("true", "false", "auto")
 #: Strategies whose value `coba_verl.core.token_budget` can maximise under a token budget.
 TOKEN_BUDGET_STRATEGIES: tuple[str, ...] = ("coba", "static", "reverse")
 
@@ -50,6 +52,17 @@ READS: dict[str, tuple[str, ...]] = {
     "uniform": (),
 }
 _STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
+
+
+def auto_size_refills(strategy: str, dapo: bool) -> bool:
+    """What ``size_refills=auto`` means: C-size for a strategy other than ``uniform`` under DAPO
+    dynamic sampling, off otherwise, so uniform stays DAPO as it is (docs/dapo_n16_design.md,
+    section 4 and amendment 7: the rule picked C-size at n = 4, 8 and 16).
+
+    ``dapo``: whether the run's sampler is DAPO's (veRL: the V1 sync trainer with
+    ``algorithm.filter_groups.enable``; `coba-verl plan`: ``--dapo``).
+    """
+    return dapo and strategy != "uniform"
 
 
 def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "coba.budget_unit") -> None:

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from coba_verl.core.config import STRATEGIES, CobaConfig
+from coba_verl.core.config import SIZE_REFILLS_VALUES, STRATEGIES, CobaConfig, auto_size_refills
 from coba_verl.core.step_cost import TRUTHS, Population, StepCost, beta_binomial_fit, plan_step_cost
 from coba_verl.records.priors import read_prior_file
 from coba_verl.refusal import REFUSAL_STATUS, CobaRefusal
@@ -102,11 +102,10 @@ def plan(args: argparse.Namespace) -> str:
 
 def sized_waves(setting: str, strategy: str, dapo: bool) -> bool:
     """Whether ``strategy``'s row sizes its waves under ``--size-refills setting``, as veRL resolves
-    ``coba.size_refills`` (`config_bridge.resolve_size_refills`): ``auto`` for a strategy other than
-    uniform under DAPO, ``true`` for every row (DAPO only: `plan_step_cost` refuses it otherwise),
-    ``false`` for none."""
+    ``coba.size_refills``: ``auto`` by `auto_size_refills` (the CoBA row under ``--dapo``), ``true``
+    for every row (DAPO only: `plan_step_cost` refuses it otherwise), ``false`` for none."""
     if setting == "auto":
-        return dapo and strategy != "uniform"
+        return auto_size_refills(strategy, dapo)
     return setting == "true"
 
 
@@ -212,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
         help="coba.skip_spread_below of the CoBA row (GRESO's skip; --dapo only; default 0: off)",
     )  # fmt: skip
     ap.add_argument(
-        "--size-refills", nargs="?", const="true", default="auto", choices=("auto", "true", "false"),
+        "--size-refills", nargs="?", const="true", default="auto", choices=SIZE_REFILLS_VALUES,
         help="coba.size_refills (C-size: each wave sized to the rollouts missing; DAPO only): auto (the "
         "default, as in veRL) for the CoBA row under --dapo, true (or the bare flag) both rows, false none",
     )  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from coba_verl import BudgetAllocator, CapabilityTracker, CobaConfig, CobaValue, allocate
 from coba_verl.core.allocator import prompt_mean_score, uniform_split
-from coba_verl.core.config import STRATEGIES
+from coba_verl.core.config import STRATEGIES, auto_size_refills
 from coba_verl.core.knapsack import allocate_knapsack
 from coba_verl.core.release import allocate_release, band_share
 from coba_verl.core.solvers import objective, solve_dp
@@ -290,6 +290,12 @@ def test_defaults_live_in_cobaconfig_only():
     assert (tracker["window"].default, tracker["kappa"].default) == (defaults["window"], defaults["kappa"])
     value = CobaValue(3.0, 5.0)
     assert (value.p_low, value.p_high) == (defaults["p_clip_low"], defaults["p_clip_high"])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_size_refills_auto_is_c_size_for_every_strategy_but_uniform_under_dapo_only(strategy):
+    assert auto_size_refills(strategy, dapo=True) is (strategy != "uniform")
+    assert auto_size_refills(strategy, dapo=False) is False
 
 
 @pytest.mark.parametrize("strategy", ["coba", "reverse", "coba_release"])

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from coba_verl.core.config import CobaConfig
+from coba_verl.core.config import SIZE_REFILLS_VALUES, CobaConfig, auto_size_refills
 from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
 from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
@@ -60,18 +60,15 @@ def coba_config_from(config: DictConfig) -> CobaConfig:
     return CobaConfig.from_mapping(mapping)
 
 
-#: The values ``coba.size_refills`` takes in veRL.
-SIZE_REFILLS_VALUES: tuple[str, ...] = ("true", "false", "auto")
 #: The ``coba`` group's defaults (its yaml) that differ from `CobaConfig`'s: `coba_config_from`
 #: resolves them (``size_refills=auto``: `resolve_size_refills`).
 VERL_DEFAULTS: dict[str, Any] = {"size_refills": "auto"}
 
 
 def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
-    """``coba.size_refills`` as `CobaConfig` takes it: ``auto`` is true for a strategy other than
-    ``uniform`` in the V1 sync trainer with DAPO dynamic sampling (C-size, where it works) and false
-    elsewhere, so uniform stays veRL's own DAPO (docs/dapo_n16_design.md, section 4 and amendment 7);
-    true and false pass as they are (`check_size_refills` refuses true where C-size cannot work).
+    """``coba.size_refills`` as `CobaConfig` takes it: ``auto`` resolved by `auto_size_refills`, DAPO
+    being the V1 sync trainer with DAPO dynamic sampling (where C-size works); true and false pass
+    as they are (`check_size_refills` refuses true where C-size cannot work).
 
     Raises:
         CobaTypeRefusal: another string, naming it and the values taken.
@@ -84,7 +81,7 @@ def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
             f"coba.size_refills={value!r} (str) must be one of {', '.join(SIZE_REFILLS_VALUES)}."
         )
     strategy = mapping.get("strategy", CobaConfig.strategy)
-    return strategy != "uniform" and not missing_for_sync_dapo(config)
+    return auto_size_refills(strategy, dapo=not missing_for_sync_dapo(config))
 
 
 #: Top-level key `check_config` sets (to true) in a config it has passed, so that the next checks
