@@ -96,7 +96,7 @@ def plan(args: argparse.Namespace) -> str:
         )
     elif args.failure_rate is not None:
         raise CobaRefusal(f"--failure-rate {args.failure_rate}: uniform budgets read no Beta.")
-    sized_rows = [name for name in dict.fromkeys(sized) if sized[name]]
+    sized_rows = [name for name, on in sized.items() if on]
     return format_plan(pop, costs, failure_rate=args.failure_rate, sized=sized_rows, **common)
 
 
