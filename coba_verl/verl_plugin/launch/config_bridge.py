@@ -27,7 +27,7 @@ from coba_verl.core.group_weight import AggregationModes, check_aggregation
 from coba_verl.core.solvers import check_budget
 from coba_verl.refusal import CobaRefusal, CobaTypeRefusal
 from coba_verl.verl_plugin.launch.verl_start import check_verl_start
-from coba_verl.verl_plugin.verl_names import COBA_MODES, coba_mode
+from coba_verl.verl_plugin.verl_names import COBA_MODES, coba_mode, verl_mode
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def missing_for_sync_dapo(config: DictConfig) -> str:
     """The settings the V1 sync trainer with DAPO dynamic sampling needs that ``config`` lacks, joined
     with "and" ("" when none is missing)."""
     dapo = bool(OmegaConf.select(config, "algorithm.filter_groups.enable", default=False))
-    sync = bool(config.trainer.use_v1) and config.trainer.v1.trainer_mode in ("sync", COBA_MODES["sync"])
+    sync = bool(config.trainer.use_v1) and verl_mode(config.trainer.v1.trainer_mode) == "sync"  # any name
     needed = (("trainer.use_v1=true with trainer.v1.trainer_mode=sync", sync),
               ("algorithm.filter_groups.enable=true", dapo))  # fmt: skip
     return " and ".join(setting for setting, met in needed if not met)
