@@ -26,13 +26,20 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass
 class Seen:
-    """One process as sampled: its name, first and last sample time, CPU seconds at the last."""
+    """One process as sampled: first and last sample time, CPU seconds at the last, the names it
+    went by (in order)."""
 
-    name: str
     first: float
     last: float = 0.0
     cpu: float = 0.0
     names: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """Its last name other than ``ray::IDLE`` (a Ray worker takes its actor's name once it holds
+        one), else its last."""
+        named = [n for n in self.names if n not in ("ray::IDLE", "?")]
+        return named[-1] if named else self.names[-1]
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -88,7 +95,7 @@ def sample(command: list[str], every: float) -> tuple[dict[int, Seen], list[tupl
     while child.poll() is None:
         now = time.monotonic() - start
         for pid, cpu in tree(child.pid).items():
-            process = seen.setdefault(pid, Seen(name="", first=now))
+            process = seen.setdefault(pid, Seen(first=now))
             process.last, process.cpu = now, cpu
             name = _name(pid)
             if not process.names or process.names[-1] != name:
@@ -96,9 +103,6 @@ def sample(command: list[str], every: float) -> tuple[dict[int, Seen], list[tupl
         total.append((now, sum(p.cpu for p in seen.values())))
         time.sleep(every)
     wall = time.monotonic() - start
-    for process in seen.values():
-        named = [n for n in process.names if n not in ("ray::IDLE", "?")]
-        process.name = named[-1] if named else process.names[-1]
     return seen, total, wall, child.returncode
 
 
