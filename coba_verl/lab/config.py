@@ -10,6 +10,7 @@ from coba_verl.arithmetic.task import parse_levels
 from coba_verl.core.config import STRATEGIES, CobaConfig
 from coba_verl.core.group_weight import GROUP_WEIGHTS, RENAMED_GROUP_WEIGHTS, check_group_weight
 from coba_verl.core.solvers import check_budget
+from coba_verl.lab.oracle import ORACLE_STRATEGIES
 from coba_verl.lab.scenarios import SCENARIOS
 from coba_verl.refusal import CobaRefusal
 
@@ -26,7 +27,10 @@ TOKEN_BUDGET_OPTION = "token_budget"
 DAPO_OPTIONS = ("carry", "size", "skip")
 #: ``coba.skip_spread_below`` of a ``+skip`` run (the study's 0.1; its explore chance is the default 0.1).
 SKIP_THRESHOLD = 0.1
-RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION, *DAPO_OPTIONS)
+#: ``oracle``: the run allocates from the exact pass rates (`coba_verl.lab.oracle`), for
+#: `ORACLE_STRATEGIES` only (``signal`` exists only so).
+ORACLE_OPTION = "oracle"
+RUN_OPTIONS = (PRIOR_OPTION, TOKEN_BUDGET_OPTION, *DAPO_OPTIONS, ORACLE_OPTION)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class RunSpec:
     prior: bool = False
     budget_unit: str | None = None
     dapo_options: tuple[str, ...] = ()
+    oracle: bool = False
 
     @property
     def label(self) -> str:
@@ -55,7 +60,14 @@ class RunSpec:
         name = f"{name}+{PRIOR_OPTION}" if self.prior else name
         name = f"{name}+{TOKEN_BUDGET_OPTION}" if self.budget_unit == "tokens" else name
         name = "".join([name, *(f"+{o}" for o in DAPO_OPTIONS if o in self.dapo_options)])
+        name = f"{name}+{ORACLE_OPTION}" if self.oracle else name
         return name if self.budget_scale == 1.0 else f"{name}@{self.budget_scale:g}"
+
+    @property
+    def allocator_strategy(self) -> str:
+        """The strategy of the run's `BudgetAllocator` (its tracker): ``uniform`` for ``signal``,
+        which no shipped strategy computes."""
+        return "uniform" if self.strategy not in STRATEGIES else self.strategy
 
 
 #: ``LabConfig.dapo_cut``: how a DAPO group cut to the remainder picks the sessions it keeps.
@@ -88,8 +100,11 @@ def parse_run_label(label: str) -> RunSpec:
     prior = PRIOR_OPTION in options
     budget_unit = "tokens" if TOKEN_BUDGET_OPTION in options else None
     dapo_options = tuple(o for o in DAPO_OPTIONS if o in options)
+    oracle = ORACLE_OPTION in options
     strategy, colon, weight = (x.strip() for x in head.partition(":"))
-    if strategy not in STRATEGIES:
+    if oracle:
+        _check_oracle(label, strategy, budget_unit, dapo_options)
+    elif strategy not in STRATEGIES:
         where = f" (in {label!r})" if at or colon else ""
         raise CobaRefusal(
             f"strategy {strategy!r}{where} is unknown; use one of {', '.join(STRATEGIES)}, "
@@ -110,6 +125,7 @@ def parse_run_label(label: str) -> RunSpec:
             prior=prior,
             budget_unit=budget_unit,
             dapo_options=dapo_options,
+            oracle=oracle,
         )
     try:
         scale = float(raw)
@@ -120,7 +136,21 @@ def parse_run_label(label: str) -> RunSpec:
             f"budget scale {raw!r} in {label!r} must be a number in (0, 1], the share of the "
             f"rollouts per step, e.g. '{strategy}@0.5'."
         )
-    return RunSpec(strategy, scale, group_weight, prior, budget_unit, dapo_options)
+    return RunSpec(strategy, scale, group_weight, prior, budget_unit, dapo_options, oracle)
+
+
+def _check_oracle(label: str, strategy: str, budget_unit: str | None, dapo_options: tuple[str, ...]) -> None:
+    """An ``+oracle`` run: one of `ORACLE_STRATEGIES`, a rollout budget, no GRESO skip."""
+    if strategy not in ORACLE_STRATEGIES:
+        raise CobaRefusal(
+            f"strategy {strategy!r} in {label!r} has no oracle; +{ORACLE_OPTION} takes one of "
+            f"{', '.join(ORACLE_STRATEGIES)} (e.g. 'coba+{ORACLE_OPTION}')."
+        )
+    if budget_unit is not None or "skip" in dapo_options:
+        raise CobaRefusal(
+            f"{label!r}: +{ORACLE_OPTION} allocates a rollout budget from exact pass rates; it takes "
+            f"neither +{TOKEN_BUDGET_OPTION} nor +skip."
+        )
 
 
 @dataclass
@@ -131,8 +161,9 @@ class LabConfig:
     Args:
         scenario: Name of the preset these values started from (a record; changes nothing itself).
         runs: Run labels to train, each from the same warm start and prompt order:
-            ``strategy[:group_weight][+prior][+token_budget][+carry][+size][+skip][@scale]`` (the
-            last three under ``dapo`` only, `DAPO_OPTIONS`); scale multiplies the
+            ``strategy[:group_weight][+prior][+token_budget][+carry][+size][+skip][+oracle][@scale]``
+            (carry, size and skip under ``dapo`` only, `DAPO_OPTIONS`; ``+oracle`` allocates from
+            exact pass rates, `coba_verl.lab.oracle`, also ``signal+oracle``); scale multiplies the
             rollouts per step, ``:equal`` / ``:proportional`` sets ``coba.group_weight`` for that
             run only (e.g. ``coba:equal``; see `CobaConfig`), ``+prior`` starts its tracker from
             pass-rate priors and ``+token_budget`` sets ``coba.budget_unit=tokens``.
@@ -305,7 +336,14 @@ class LabConfig:
                     f"run {spec.label!r}: the options {', '.join('+' + o for o in spec.dapo_options)} "
                     "change DAPO dynamic sampling and need dapo=true (e.g. --scenario dapo)."
                 )
-            run_cfg = self.coba_config(spec.strategy, spec.group_weight, spec.budget_unit, spec.dapo_options)
+            run_cfg = self.coba_config(
+                spec.allocator_strategy, spec.group_weight, spec.budget_unit, spec.dapo_options
+            )
+            if spec.oracle and any(level.worked for level in self.level_table):
+                raise CobaRefusal(
+                    f"run {spec.label!r}: worked levels have many correct strings, so no exact pass rate "
+                    "(coba_verl.lab.exact_rates); an oracle needs levels with one answer string."
+                )
             if run_cfg.skip_spread_below > 0 and not self.dapo:
                 raise CobaRefusal(
                     f"run {spec.label!r}: coba.skip_spread_below={run_cfg.skip_spread_below} gives some "

@@ -38,7 +38,9 @@ from coba_verl.lab.composition import batch_composition, pass_histogram
 from coba_verl.lab.config import LabConfig, RunSpec
 from coba_verl.lab.dapo import Group, PromptStream, Wave, collect_dapo_step
 from coba_verl.lab.evaluation import evaluate, sampling_generator, seed_priors
+from coba_verl.lab.exact_rates import exact_pass_rates
 from coba_verl.lab.grpo import RolloutBatch, grpo_update, make_actor_config
+from coba_verl.lab.oracle import MeasuredAllocator
 from coba_verl.lab.seeds import SeedContext, new_model, prompt_stream
 
 __all__ = ["StepSink", "train_run"]
@@ -184,6 +186,24 @@ def _dapo_rollouts(
     ), step.carry_out
 
 
+def _measured(
+    allocator: BudgetAllocator, model: Qwen2ForCausalLM, ctx: SeedContext, spec: RunSpec
+) -> MeasuredAllocator | None:
+    """The run's allocator measured against the exact pass rates of the current ``model`` (an oracle
+    run's allocating from them: `coba_verl.lab.oracle`); None for worked answers, which have none."""
+    if any("=" in a for a in ctx.train.answers):
+        return None
+
+    def exact(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rates = exact_pass_rates(
+            model, ctx.tok, ctx.train_ids[ids], ctx.train_mask[ids], [ctx.train.answers[i] for i in ids],
+            max_new_tokens=ctx.max_new_tokens,
+        )  # fmt: skip
+        return rates.p, rates.bound
+
+    return MeasuredAllocator(allocator, exact, oracle=spec.strategy if spec.oracle else None)
+
+
 def train_run(
     cfg: LabConfig,
     ctx: SeedContext,
@@ -208,8 +228,12 @@ def train_run(
     model.load_state_dict(ctx.warm_state)
     model.to(cfg.device).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    coba_cfg = cfg.coba_config(spec.strategy, spec.group_weight, spec.budget_unit, spec.dapo_options)
+    coba_cfg = cfg.coba_config(
+        spec.allocator_strategy, spec.group_weight, spec.budget_unit, spec.dapo_options
+    )
     allocator = BudgetAllocator(coba_cfg, num_prompts=len(ctx.train))
+    measured = _measured(allocator, model, ctx, spec)
+    rounds = measured if measured is not None else allocator  # what allocates the rounds
     if spec.prior:  # before any update: the warm start's pass rates
         seed_priors(allocator, model, ctx, cfg.prior_samples, coba_cfg.success_value)
     total = cfg.budget(spec)
@@ -230,7 +254,7 @@ def train_run(
     cut_rng = np.random.default_rng([ctx.seed, 104729])  # only `dapo_cut=random` draws from it
     m = cfg.prompts_per_step
     steps_per_epoch = math.ceil(cfg.n_train / m)
-    stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), allocator, m, total) if cfg.dapo else None
+    stream = PromptStream(prompt_stream(len(ctx.train), ctx.seed), rounds, m, total) if cfg.dapo else None
     carried: list[tuple[Wave, Group]] = []  # groups kept from the step before (``+carry``)
     evals, snaps = eval_steps(cfg), snapshot_steps(cfg)
     base = {
@@ -262,7 +286,7 @@ def train_run(
         else:
             epoch = (step - 1) // steps_per_epoch + 1
             ids = ctx.order[step - 1]  # (M,)
-            res = allocator.allocate(ids, total)
+            res = rounds.allocate(ids, total)
             t_alloc = time.perf_counter() - t0
             budgets = res.budgets  # (M,) int64, sum == total (rollout budget) or tokens within C
             wave = _generate_wave(model, ctx, ids, budgets, gen)
@@ -345,6 +369,7 @@ def train_run(
             "plugin_s": t_plugin,
             "step_s": time.perf_counter() - t0,
             "eval_acc": float("nan"),
+            **(measured.step_measures() if measured is not None else {}),
         }
         if snapshot is not None and step in snaps:
             snapshot(
