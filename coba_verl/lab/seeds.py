@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,9 +27,6 @@ from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, build_tokenizer, encod
 from coba_verl.arithmetic.warmstart import warm_start
 from coba_verl.lab.config import LabConfig
 from coba_verl.records.priors import PriorRecords
-
-if TYPE_CHECKING:  # `evaluation` imports this module
-    from coba_verl.lab.evaluation import EvalResult
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +49,6 @@ class SeedContext:
     warm_state: dict[str, torch.Tensor]
     warm_seconds: float
     warm_cached: bool
-    eval0: EvalResult | None = None
     info: dict[str, Any] = field(default_factory=dict)
     #: k -> the warm start's pass-rate records of the training prompts (`measure_priors`), shared
     #: by the seed's ``+prior`` runs.
