@@ -97,7 +97,7 @@ def train_usage() -> str:
         "  coba-verl train data.train_files=$HOME/data/coba/gsm8k/train.parquet \\",
         "      data.val_files=$HOME/data/coba/gsm8k/test.parquet data.train_batch_size=128 \\",
         "      actor_rollout_ref.rollout.n=16 actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \\",
-        "      coba.strategy=coba",
+        "      actor_rollout_ref.rollout.name=vllm coba.strategy=coba",
         "",
         "coba.* keys (default, then meaning; full reference: coba_verl.core.config.CobaConfig):",
     ]

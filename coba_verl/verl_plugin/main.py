@@ -6,13 +6,15 @@ The config is veRL's ``ppo_trainer`` plus the ``coba`` group (``coba_verl/config
 so every veRL override works unchanged and every `CobaConfig` field is one more override::
 
     python -m coba_verl.main data.train_files=... actor_rollout_ref.model.path=... \\
-        actor_rollout_ref.rollout.n=16 coba.strategy=coba coba.kappa=11
+        actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=16 coba.strategy=coba coba.kappa=11
 
 The run goes through veRL's own ``run_ppo``. With ``trainer.use_v1=true`` (veRL's default) it is
 ``TaskRunnerV1``, and ``trainer.v1.trainer_mode=coba_sync`` makes it build `CobaTrainer`; with
 ``trainer.use_v1=false`` it is `CobaTaskRunner` (veRL's classic TaskRunner building
 `CobaRayPPOTrainer`), after the row translation of `translate_config`. Either way the refusals
-of `check_config`, the input checks of `coba_verl.verl_plugin.launch.preflight` (data files
+of `check_config`, the mandatory values (``???``) of veRL's config that the run reads and the launch
+leaves unset (`coba_verl.verl_plugin.launch.mandatory_values`: ``actor_rollout_ref.rollout.name``),
+the input checks of `coba_verl.verl_plugin.launch.preflight` (data files
 through the check of ``python -m coba_verl.data check``, ``extra_info.index`` among them, the model folder,
 the checkpoint a resume would continue) and the plugin check come before Ray starts, and a refusal
 (`coba_verl.refusal.CobaRefusal`, raised here or in a Ray actor) prints as one line,
@@ -30,7 +32,7 @@ from omegaconf import DictConfig, open_dict
 
 from coba_verl.core import CobaConfig
 from coba_verl.refusal import CobaRefusal, exit_on_refusal
-from coba_verl.verl_plugin.launch import preflight
+from coba_verl.verl_plugin.launch import mandatory_values, preflight
 from coba_verl.verl_plugin.launch.config_bridge import check_config
 from coba_verl.verl_plugin.verl_names import COBA_TRAINER_MODE, coba_mode
 
@@ -112,7 +114,9 @@ def run(config: DictConfig) -> None:
     from coba_verl.cpu import launcher
 
     # ours first, before veRL's TaskRunner, workers and Ray
-    check_config(config)  # also valid before translate_config: it reads the user's M and n
+    with mandatory_values.named_when_read(config):  # a check that meets a ??? value names them all
+        check_config(config)  # also valid before translate_config: it reads the user's M and n
+    mandatory_values.check_mandatory_values(config)  # e.g. actor_rollout_ref.rollout.name
     preflight.check_trl_conflict(config)
     if launcher.cpu_backend_enabled(config):
         launcher.prepare_cpu_run(config)  # before anything asks veRL for its platform
