@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "decoding": set(),
     "arithmetic": {"decoding", "records", "refusal"},
     "data": {"records", "refusal"},
-    "lab": {"arithmetic", "core", "records", "refusal"},
+    "lab": {"arithmetic", "core", "decoding", "records", "refusal"},
     "cpu": {"after_import", "decoding", "framework_api", "refusal"},
     "trl": {"core", "records", "refusal", "framework_api"},
     "openrlhf": {"core", "records", "refusal", "framework_api"},
