@@ -46,7 +46,7 @@ def missing_extra(name: str) -> str | None:
         return None
     return (
         f"coba-verl {name}: needs the '{extra}' extra, not installed here (no module {', '.join(missing)}).\n"
-        f'  in a clone: pip install -e ".[{extra}]"    (on CPU: pip install torch==2.13.0 -e ".[{extra}]")\n'
+        f'  in a clone: pip install -e ".[{extra}]"    (CPU only: first pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)\n'
     )
 
 

@@ -29,7 +29,7 @@ RUN_DIR=${RUN_DIR:-runs/quickstart}
 TINY=$DATA_DIR/tiny_cpu_easy
 EXPERIMENT=quickstart-$STRATEGY
 
-echo "== 1/3 install: .venv, torch==2.13.0 (the CPU build) -e \".[test]\""
+echo "== 1/3 install: .venv, torch==2.13.0 -e \".[test]\""
 if [[ ! -x .venv/bin/python ]]; then
   "$PYTHON" -m venv .venv
 fi
