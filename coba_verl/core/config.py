@@ -55,14 +55,19 @@ _STRATEGY_KNOBS = frozenset(knob for knobs in READS.values() for knob in knobs)
 
 
 def auto_size_refills(strategy: str, dapo: bool) -> bool:
-    """What ``size_refills=auto`` means: C-size for a strategy other than ``uniform`` under DAPO
-    dynamic sampling, off otherwise, so uniform stays DAPO as it is (docs/dapo_n16_design.md,
-    section 4 and amendment 7: the rule picked C-size at n = 4, 8 and 16).
+    """What ``size_refills=auto`` means: C-size for ``coba`` under DAPO dynamic sampling, off for every
+    other strategy and without DAPO. Only ``coba`` was measured with it on the DAPO bench (n = 4, 8
+    and 16, where the pre-registered rule picked it: docs/dapo_n16_design.md, section 4 and
+    amendment 7); ``size_refills=true`` offers it to any strategy.
+
+        auto_size_refills("coba", dapo=True)      -> True
+        auto_size_refills("knapsack", dapo=True)  -> False   (uniform, static, reverse, coba_release too)
+        auto_size_refills("coba", dapo=False)     -> False
 
     ``dapo``: whether the run's sampler is DAPO's (veRL: the V1 sync trainer with
     ``algorithm.filter_groups.enable``; `coba-verl plan`: ``--dapo``).
     """
-    return dapo and strategy != "uniform"
+    return dapo and strategy == "coba"
 
 
 def require_rollout_budget(config: CobaConfig, framework: str, setting: str = "coba.budget_unit") -> None:
@@ -286,7 +291,8 @@ class CobaConfig:
             submission order, to the sessions the step still misses (M x n minus those ready and
             those in flight); the last prompt keeps max(``min_rollouts``, what is left), and the
             prompts beyond wait, with their allocated budgets, for the next submission. False
-            (default): off. Offered to every strategy (uniform's budgets n are trimmed too). The
+            (default): off; veRL's ``coba`` group's ``auto`` is on for ``coba`` under DAPO only
+            (`auto_size_refills`). Offered to every strategy (uniform's budgets n are trimmed too). The
             lab measured it (docs/lab/dapo_changes.md). veRL's V1 sync trainer with DAPO only.
 
     Raises:

@@ -102,8 +102,12 @@ def plan(args: argparse.Namespace) -> str:
 
 def sized_waves(setting: str, strategy: str, dapo: bool) -> bool:
     """Whether ``strategy``'s row sizes its waves under ``--size-refills setting``, as veRL resolves
-    ``coba.size_refills``: ``auto`` by `auto_size_refills` (the CoBA row under ``--dapo``), ``true``
-    for every row (DAPO only: `plan_step_cost` refuses it otherwise), ``false`` for none."""
+    ``coba.size_refills``: ``auto`` by `auto_size_refills` (the row of ``--strategy coba`` under
+    ``--dapo``, no other), ``true`` for every row (DAPO only: `plan_step_cost` refuses it otherwise),
+    ``false`` for none.
+
+        sized_waves("auto", "coba", True) -> True     sized_waves("auto", "knapsack", True) -> False
+    """
     if setting == "auto":
         return auto_size_refills(strategy, dapo)
     return setting == "true"
@@ -213,7 +217,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--size-refills", nargs="?", const="true", default="auto", choices=SIZE_REFILLS_VALUES,
         help="coba.size_refills (C-size: each wave sized to the rollouts missing; DAPO only): auto (the "
-        "default, as in veRL) for the CoBA row under --dapo, true (or the bare flag) both rows, false none",
+        "default, as in veRL) for the row of --strategy coba under --dapo, true (or the bare flag) both "
+        "rows, false none",
     )  # fmt: skip
     ap.add_argument("--truth", choices=TRUTHS, help="default: posterior for a prior file, estimate for rates")
     ap.add_argument("--steps", type=int, default=1, help="steps of a run, the tracker learning (default 1)")

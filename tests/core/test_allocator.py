@@ -293,8 +293,12 @@ def test_defaults_live_in_cobaconfig_only():
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_size_refills_auto_is_c_size_for_every_strategy_but_uniform_under_dapo_only(strategy):
-    assert auto_size_refills(strategy, dapo=True) is (strategy != "uniform")
+def test_size_refills_auto_is_c_size_for_coba_alone_and_under_dapo_only(strategy):
+    """Only coba was measured with C-size on the DAPO bench: auto leaves every other strategy off."""
+    expected = {"coba": True, "coba_release": False, "knapsack": False, "uniform": False, "static": False,
+                "reverse": False}  # fmt: skip
+    assert set(expected) == set(STRATEGIES)
+    assert auto_size_refills(strategy, dapo=True) is expected[strategy]
     assert auto_size_refills(strategy, dapo=False) is False
 
 

@@ -163,3 +163,12 @@ def test_size_refills_auto_sizes_the_coba_row_only_under_dapo_as_verl_resolves_i
     plain = _plan_text(capsys, "--dapo", "--size-refills", "false")
     assert "sized" not in plain.splitlines()[0] and _per_trained(plain)[1] != _per_trained(auto)[1]
     assert "sized" not in _plan_text(capsys).splitlines()[0]  # auto without DAPO: no row sized
+
+
+@pytest.mark.parametrize("strategy", ["knapsack", "static", "reverse", "coba_release"])
+def test_size_refills_auto_sizes_no_row_of_another_strategy_and_true_sizes_both(capsys, strategy):
+    """Only coba was measured with C-size: auto leaves the other strategies' rows unsized, as veRL."""
+    auto = _plan_text(capsys, "--dapo", "--strategy", strategy)
+    assert "sized" not in auto.splitlines()[0]
+    both = _plan_text(capsys, "--dapo", "--strategy", strategy, "--size-refills", "true")
+    assert f"waves sized to the rollouts missing: uniform, {strategy} (size_refills)" in both.splitlines()[0]

@@ -363,9 +363,12 @@ def test_size_refills_passes_in_the_v1_sync_trainer_with_dapo_for_any_strategy(b
 
 @pytest.mark.parametrize(
     ("strategy", "dapo", "sized"),
-    [("coba", True, True), ("knapsack", True, True), ("uniform", True, False), ("coba", False, False)],
-)
-def test_size_refills_auto_sizes_a_non_uniform_strategy_under_sync_dapo_only(base_1x8, strategy, dapo, sized):
+    [
+        ("coba", True, True), ("knapsack", True, False), ("static", True, False), ("reverse", True, False),
+        ("coba_release", True, False), ("uniform", True, False), ("coba", False, False),
+    ],
+)  # fmt: skip
+def test_size_refills_auto_sizes_coba_alone_under_sync_dapo(base_1x8, strategy, dapo, sized):
     config = copy.deepcopy(base_1x8)
     OmegaConf.update(config, "coba.size_refills", "auto", force_add=True)
     OmegaConf.update(config, "coba.strategy", strategy, force_add=True)

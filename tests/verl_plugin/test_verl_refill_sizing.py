@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from verl.utils import tensordict_utils as tu
 
 from coba_verl.core.wave_sizing import size_submission
+from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
 from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
 
@@ -164,3 +165,59 @@ def test_uniform_counts_rollouts_only_when_its_refills_are_sized(small_config, s
         small_config(*SIZED[:2], "coba.strategy=uniform", f"coba.size_refills={sized}")
     ).replay_buffer
     assert (buffer.rollouts_per_prompt, buffer.sizer is not None) == ((4, True) if sized else (None, False))
+
+
+CUSTOM_SAMPLER = '''
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+
+class CustomSampler(ReplayBuffer):
+    """A user's sampler, built by veRL in place of its replay buffer."""
+'''
+
+
+@pytest.fixture
+def custom_sampler(tmp_path) -> tuple[str, ...]:
+    """Overrides that make veRL build `CustomSampler` (``trainer_base.py:145-151``) in place of its buffer."""
+    path = tmp_path / "sampler.py"
+    path.write_text(CUSTOM_SAMPLER)
+    return (
+        f"trainer.v1.sampler.custom_sampler.path={path}",
+        "trainer.v1.sampler.custom_sampler.name=CustomSampler",
+    )
+
+
+@pytest.mark.usefixtures("reuse_datasets")
+def test_size_refills_true_with_a_custom_sampler_is_refused_in_one_line(small_config, custom_sampler):
+    with pytest.raises(CobaRefusal) as refused:
+        CobaTrainer(small_config(*SIZED, *custom_sampler))
+    path = custom_sampler[0].split("=", 1)[1]
+    assert str(refused.value) == (
+        f"coba.size_refills=true cannot size the refills of trainer.v1.sampler.custom_sampler={path}:"
+        "CustomSampler: C-size trims the submissions of coba-verl's own replay buffer, which the custom "
+        "sampler replaces. Set coba.size_refills=false, or trainer.v1.sampler.custom_sampler=null."
+    )
+
+
+@pytest.mark.usefixtures("reuse_datasets")
+@pytest.mark.parametrize(("setting", "warned"), [("auto", 1), ("false", 0)])
+def test_size_refills_auto_with_a_custom_sampler_is_off_with_a_warning_naming_it(
+    small_config, tiny_tokenizer, custom_sampler, setting, warned, caplog
+):
+    """coba under DAPO in the sync trainer, where auto would size the refills: a custom sampler cannot
+    be sized, so auto resolves to off, said once; the step's first submission goes out unsized."""
+    with caplog.at_level(logging.WARNING, logger=RefillSizer.__module__):
+        trainer = CobaTrainer(small_config(*SIZED[:2], f"coba.size_refills={setting}", *custom_sampler))
+    path = custom_sampler[0].split("=", 1)[1]
+    warning = (
+        f"coba.size_refills=auto resolves to off: trainer.v1.sampler.custom_sampler={path}:CustomSampler "
+        "replaces coba-verl's replay buffer, whose refills C-size sizes"
+    )
+    assert [r.getMessage() for r in caplog.records if r.name == RefillSizer.__module__] == [warning] * warned
+    assert trainer.coba_config.size_refills is False
+    assert type(trainer.replay_buffer).__name__ == "CustomSampler"
+    assert getattr(trainer.replay_buffer, "sizer", None) is None
+    trainer.tokenizer, trainer.processor = tiny_tokenizer, None
+    trainer._init_dataloader()
+    trainer.global_steps = 1
+    assert trainer._next_train_batch(3)["__rollout_n__"].tolist() == [4, 4, 4]  # asked for, none trimmed

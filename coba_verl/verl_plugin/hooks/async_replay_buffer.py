@@ -19,7 +19,8 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync, _accumulate_eviction_metrics
 from verl.utils.skip import SkipManager
 
-from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, EmptyGroupWatch
+from coba_verl.verl_plugin.hooks.refill_sizing import EmptyGroupWatch, submitted_count
+from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks
 from coba_verl.verl_plugin.hooks.sessions import sessions_of, uid_of
 
 logger = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
         assert self.rollouts_per_prompt is not None
         last_debug_time = time.time()
         eviction_metrics: dict = {}
-        watch = EmptyGroupWatch(self.train_batch_size)
+        watch = EmptyGroupWatch(self.prompts_per_step)
         while True:
             self._sync_metadata_from_transfer_queue()
             watch.check(self, partition_id)
@@ -125,8 +126,7 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
             if evicted:
                 _accumulate_eviction_metrics(eviction_metrics, metrics, stale_count)
                 if self.refill_fn is not None:
-                    self.refill_fn(len(evicted))
-                    watch.refilled += len(evicted)
+                    watch.refilled += submitted_count(self.refill_fn(len(evicted)), len(evicted))
                 continue
             ready = self._sampleable_terminal_keys(partition_id, reasons)
             groups, ready_sessions = self._ready_sessions(partition_id, ready)
@@ -137,7 +137,6 @@ class CobaReplayBufferAsync(CobaBufferHooks, ReplayBufferAsync):
             inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
             if inflight == 0 and ready_sessions < target and self.refill_fn is not None:
                 missing = math.ceil((target - ready_sessions) / self.rollouts_per_prompt)
-                self.refill_fn(missing)
-                watch.refilled += missing
+                watch.refilled += submitted_count(self.refill_fn(missing), missing)
                 continue
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)

@@ -25,22 +25,83 @@ discards every group within its step, so a step starts with nothing ready or in 
     budgets [4, 4, 4], slots 9, B_low 2  ->  submitted [4, 4, 2] (2 trimmed), none put back
     budgets [4, 4, 4], slots 8, B_low 2  ->  submitted [4, 4], the third prompt put back with its 4
     budgets [4, 4, 4], slots 1, B_low 2  ->  submitted [2] (2 trimmed), two put back
+
+C-size lives in coba-verl's own buffer: a custom sampler (``trainer.v1.sampler.custom_sampler``),
+which veRL builds in its place, cannot be sized. `size_refills_for_sampler` refuses
+``coba.size_refills=true`` with one (one line, when the trainer is built) and resolves ``auto`` to off
+there, with a WARNING naming the sampler.
+
+Two things bound every counted sample's refills, sized or not, in the sync and the async buffers:
+`EmptyGroupWatch` stops them once 2 x M prompt groups in a row came back with no finished session
+(every session failing), and `submitted_count` counts the prompts a refill actually submitted (under
+C-size fewer than asked for), which the watch's error names.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
+from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 
+from coba_verl.core.config import CobaConfig
 from coba_verl.core.wave_sizing import size_submission
+from coba_verl.refusal import CobaRefusal
+from coba_verl.verl_plugin.hooks.sessions import uid_of
 
 logger = logging.getLogger(__name__)
+
+
+#: Where veRL reads a custom sampler (``trainer_base.py:145-151``): one is loaded when ``path`` and
+#: ``name`` are both set.
+CUSTOM_SAMPLER = "trainer.v1.sampler.custom_sampler"
+
+
+def custom_sampler_of(config: DictConfig) -> str | None:
+    """``path:name`` of the custom sampler veRL builds in place of its replay buffer, or None."""
+    custom = OmegaConf.select(config, CUSTOM_SAMPLER, default=None)
+    if custom is None or not custom.get("path") or not custom.get("name"):
+        return None
+    return f"{custom.path}:{custom.name}"
+
+
+def size_refills_for_sampler(config: DictConfig, cfg: CobaConfig) -> CobaConfig:
+    """``cfg`` with ``size_refills`` as the run's replay buffer can apply it. Only `CobaReplayBuffer`
+    sizes refills; under a custom sampler (`custom_sampler_of`):
+
+        coba.size_refills=true            ->  CobaRefusal, one line naming the sampler and what to set
+        coba.size_refills=auto (on: coba
+        under sync DAPO)                  ->  off, a WARNING naming the sampler
+        off                               ->  ``cfg`` as it is
+
+    Raises:
+        CobaRefusal: ``coba.size_refills=true`` with a custom sampler.
+    """
+    sampler = custom_sampler_of(config)
+    if sampler is None or not cfg.size_refills:
+        return cfg
+    if OmegaConf.select(config, "coba.size_refills", default=None) != "auto":
+        raise CobaRefusal(
+            f"coba.size_refills=true cannot size the refills of {CUSTOM_SAMPLER}={sampler}: C-size trims "
+            "the submissions of coba-verl's own replay buffer, which the custom sampler replaces. Set "
+            f"coba.size_refills=false, or {CUSTOM_SAMPLER}=null."
+        )
+    logger.warning(
+        "coba.size_refills=auto resolves to off: %s=%s replaces coba-verl's replay buffer, whose refills "
+        "C-size sizes",
+        CUSTOM_SAMPLER,
+        sampler,
+    )
+    resolved = copy.copy(cfg)  # not dataclasses.replace: the knob warnings were said once already
+    resolved.size_refills = False
+    return resolved
 
 
 class RefillSizer:
@@ -123,3 +184,59 @@ class RefillSizer:
         """The rollouts trimmed since the last call (one step's ``coba/trimmed_rollouts``)."""
         trimmed, self.trimmed = self.trimmed, 0
         return trimmed
+
+
+#: Prompt groups in a row that came back with no finished session after which a counted sample stops,
+#: in rounds of M = ``data.train_batch_size`` prompts (`EmptyGroupWatch`).
+EMPTY_GROUP_ROUNDS = 2
+
+
+class EmptyGroupWatch:
+    """Counts, during one counted sample, the prompt groups in a row that came back with no finished
+    session, and stops the refills once `EMPTY_GROUP_ROUNDS` x M of them have (M: ``prompts_per_step``,
+    ``data.train_batch_size``): every session failing (an engine that is down, a reward function that
+    always raises) would otherwise be refilled without end, in the sync buffer and in the async one
+    alike. A group with a finished session ends the run of empty ones (the count starts again at 0).
+
+        M = 4: 7 empty groups in a row, over any number of polls, pass; the 8th raises
+    """
+
+    def __init__(self, prompts_per_step: int) -> None:
+        if int(prompts_per_step) < 1:
+            raise ValueError(f"prompts_per_step must be a positive prompt count, got {prompts_per_step}")
+        self.limit = EMPTY_GROUP_ROUNDS * int(prompts_per_step)
+        self.seen: set[str] = set()  # groups that came back during this sample
+        self.empty_run = 0  # groups in a row with no finished session
+        self.refilled = 0  # prompts submitted by this sample's refills
+
+    def check(self, buffer: Any, partition_id: str) -> None:
+        """Count the groups that came back since the last check (finished or failed).
+
+        Raises:
+            RuntimeError: naming the count, the prompts refilled and where to look.
+        """
+        returned = (buffer.finished_keys[partition_id] | buffer.failure_keys[partition_id]) - self.seen
+        if not returned:
+            return
+        self.seen |= returned
+        with_sessions = {uid_of(key) for key in buffer.partitions[partition_id]}
+        self.empty_run = 0 if returned & with_sessions else self.empty_run + len(returned)
+        if self.empty_run >= self.limit:
+            raise RuntimeError(
+                f"{self.empty_run} prompt groups in a row came back with every session failed "
+                f"({self.refilled} prompts refilled for this step so far): the rollout engine, agent loop "
+                "or reward function most likely fails every request; see the agent-loop workers' "
+                "'Error in _run_prompt' log lines."
+            )
+
+
+def submitted_count(returned: Any, asked: int) -> int:
+    """The prompts a refill submitted: what veRL's ``refill_fn`` returns (``_add_prompts_to_generate``:
+    the length of the batch it submitted, after ``coba.size_refills`` trimmed it), or ``asked`` where
+    the function returns no count.
+
+        submitted_count(2, 4) -> 2    submitted_count(None, 4) -> 4
+    """
+    if isinstance(returned, (int, np.integer)) and not isinstance(returned, bool):
+        return int(returned)
+    return asked

@@ -44,8 +44,9 @@ evicted and refilled as veRL does. Uniform keeps veRL's eviction.
 **Bounded refill.** When every session fails, the counted sampling's refills would never make
 M x n sessions (veRL's sync buffer raises at once: its selection finds no trajectory,
 ``replay_buffer.py:505-510``; its async one refills an evicted failed group without end). Both CoBA
-buffers stop with an error once ``2 x train_batch_size`` prompt groups in a row came back with no
-finished session (`EmptyGroupWatch`).
+buffers stop with an error once 2 x M prompt groups in a row came back with no finished session
+(`EmptyGroupWatch`), M being ``data.train_batch_size`` in every trainer mode (``prompts_per_step``:
+veRL gives its async buffer no ``train_batch_size``).
 
 **Guarded against veRL changes.** The buffers override veRL's ``_clear_groups`` (and the async one
 its ``_terminal_eviction_reasons``), re-implement its sampling loops and its oldest-first
@@ -84,49 +85,11 @@ from coba_verl.core.trained_budget import (
     sessions_to_keep,
 )
 from coba_verl.framework_api import constructor_arguments, mismatch
-from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
+from coba_verl.verl_plugin.hooks.refill_sizing import EmptyGroupWatch, RefillSizer, submitted_count
 from coba_verl.verl_plugin.hooks.sessions import final_outputs, sessions_of, uid_of
 from coba_verl.verl_plugin.hooks.verl_guards import VERL_CALLED, verl_changes
 
 logger = logging.getLogger(__name__)
-
-#: Prompt groups in a row that came back with no finished session after which the sync buffer stops,
-#: in rounds of ``train_batch_size`` prompts (`CobaReplayBuffer._sample_rollouts`).
-EMPTY_GROUP_ROUNDS = 2
-
-
-class EmptyGroupWatch:
-    """Counts, during one counted sample, the prompt groups in a row that came back with no finished
-    session, and stops the refills once `EMPTY_GROUP_ROUNDS` x ``train_batch_size`` of them have:
-    every session failing (an engine that is down, a reward function that always raises) would
-    otherwise be refilled without end, in the sync buffer and in the async one alike."""
-
-    def __init__(self, train_batch_size: int | None) -> None:
-        self.limit = EMPTY_GROUP_ROUNDS * (train_batch_size or 1)
-        self.seen: set[str] = set()  # groups that came back during this sample
-        self.empty_run = 0  # groups in a row with no finished session
-        self.refilled = 0  # prompts refilled for this sample
-
-    def check(self, buffer: Any, partition_id: str) -> None:
-        """Count the groups that came back since the last check (finished or failed).
-
-        Raises:
-            RuntimeError: naming the count, the prompts refilled and where to look.
-        """
-        returned = (buffer.finished_keys[partition_id] | buffer.failure_keys[partition_id]) - self.seen
-        if not returned:
-            return
-        self.seen |= returned
-        with_sessions = {uid_of(key) for key in buffer.partitions[partition_id]}
-        self.empty_run = 0 if returned & with_sessions else self.empty_run + len(returned)
-        if self.empty_run >= self.limit:
-            raise RuntimeError(
-                f"{self.empty_run} prompt groups in a row came back with every session failed "
-                f"({self.refilled} prompts refilled for this step so far): the rollout engine, agent loop "
-                "or reward function most likely fails every request; see the agent-loop workers' "
-                "'Error in _run_prompt' log lines."
-            )
-
 
 #: ``on_clear(partition_id, uids, trajectory tags {key: tag} of the partition)``.
 ClearObserver = Callable[[str, set[str], dict[str, dict]], None]
@@ -154,6 +117,12 @@ class CobaBufferHooks:
             ``spread`` without. `cut_mode` holds the resolved one.
         cut_seed: the random cut's seed (``data.seed``); the k-th cut of the buffer's life, of a
             group submitted at step t, draws with ``(cut_seed, t, k)``.
+        prompts_per_step: M, ``data.train_batch_size``, which bounds the empty groups in a row
+            (`EmptyGroupWatch`); None: veRL's ``train_batch_size``, which veRL sets for its sync
+            buffer only (the trainer passes M in every mode).
+
+    Raises:
+        ValueError: rollouts counted (``rollouts_per_prompt``) without M known.
     """
 
     #: veRL methods overridden that must be 0.9.1's, or the buffer refuses to start.
@@ -170,9 +139,17 @@ class CobaBufferHooks:
         on_trim: TrimObserver | None = None,
         cut_sessions: str = "auto",
         cut_seed: int = 0,
+        prompts_per_step: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        #: M, prompts a step (`EmptyGroupWatch`'s rounds)
+        self.prompts_per_step = prompts_per_step if prompts_per_step is not None else self.train_batch_size
+        if rollouts_per_prompt is not None and self.prompts_per_step is None:
+            raise ValueError(
+                "prompts_per_step (data.train_batch_size) is needed to bound the refills of a buffer that "
+                "counts rollouts"
+            )
         self.on_clear = on_clear
         self.rollouts_per_prompt = rollouts_per_prompt
         self.min_group_size = min_group_size
@@ -384,15 +361,15 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
         where veRL, counting groups, would already be done.
 
         Raises:
-            RuntimeError: `EMPTY_GROUP_ROUNDS` x ``train_batch_size`` prompt groups in a row came back
-                with no finished session (every session failed): refilling would never end.
+            RuntimeError: `EMPTY_GROUP_ROUNDS` x M prompt groups in a row came back with no finished
+                session (every session failed): refilling would never end.
         """
         assert self.rollouts_per_prompt is not None
         last_debug_time = time.time()
         eviction_metrics: dict = {}
         credit, draining = 0, False
         max_inflight = self.max_inflight_gen_batches * (self.train_batch_size or 1)
-        watch = EmptyGroupWatch(self.train_batch_size)
+        watch = EmptyGroupWatch(self.prompts_per_step)
         while True:
             self._sync_metadata_from_transfer_queue()
             watch.check(self, partition_id)
@@ -414,9 +391,12 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
                 if credit == 0 and inflight == 0:
                     credit = math.ceil((target - ready_sessions) / self.rollouts_per_prompt)
                 dispatch = min(credit, max(0, max_inflight - inflight))
-                if dispatch > 0 and self._refill(partition_id, dispatch, target, ready_sessions):
+                submitted = (
+                    self._refill(partition_id, dispatch, target, ready_sessions) if dispatch > 0 else None
+                )
+                if submitted is not None:
                     credit -= dispatch
-                    watch.refilled += dispatch
+                    watch.refilled += submitted
                     continue
             if enough and inflight == 0:
                 batch, surplus = self._take(partition_id, ready, groups, target, clear_surplus=True)
@@ -426,17 +406,16 @@ class CobaReplayBuffer(CobaBufferHooks, ReplayBuffer):
                 return batch, eviction_metrics
             last_debug_time = self._wait_for_next_poll(partition_id, last_debug_time)
 
-    def _refill(self, partition_id: str, prompts: int, target: int, ready_sessions: int) -> bool:
-        """Submit ``prompts`` refill prompts (``refill_fn``). With a ``sizer`` (``coba.size_refills``)
-        they are sized to the slots left, ``target`` - ready sessions - budgets in flight; with none
-        left nothing is submitted (False: wait for the groups in flight)."""
+    def _refill(self, partition_id: str, prompts: int, target: int, ready_sessions: int) -> int | None:
+        """Ask for ``prompts`` refill prompts (``refill_fn``); returns the prompts submitted
+        (`submitted_count`). With a ``sizer`` (``coba.size_refills``) they are sized to the slots left,
+        ``target`` - ready sessions - budgets in flight, so fewer may go out; with no slot left nothing
+        is asked for (None: wait for the groups in flight)."""
         if self.sizer is None:
-            self.refill_fn(prompts)
-            return True
+            return submitted_count(self.refill_fn(prompts), prompts)
         in_flight = self.pending_keys[partition_id] | self.running_keys[partition_id]
         slots = self.sizer.slots_left(target, ready_sessions, in_flight)
         if slots <= 0:
-            return False
+            return None
         with self.sizer.submitting(slots):
-            self.refill_fn(prompts)
-        return True
+            return submitted_count(self.refill_fn(prompts), prompts)

@@ -93,7 +93,7 @@ from coba_verl.verl_plugin.hooks.advantage import (
 from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.hooks.progress import ProgressLines
-from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
+from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer, size_refills_for_sampler
 from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, CobaReplayBuffer
 from coba_verl.verl_plugin.hooks.session_fates import SessionFates
 from coba_verl.verl_plugin.hooks.sessions import final_outputs
@@ -135,7 +135,8 @@ class CobaBudgets(SessionFates):
         config: veRL's composed config with an optional ``coba`` node (`CobaConfig` fields).
 
     Raises:
-        ValueError: for the configurations `check_config` refuses.
+        ValueError: for the configurations `check_config` refuses, and ``coba.size_refills=true``
+            with a custom sampler (`size_refills_for_sampler`; ``auto`` is off there).
         LedgerError: when the rollout engine generates more sessions than a group's budget.
     """
 
@@ -143,7 +144,7 @@ class CobaBudgets(SessionFates):
     VERL_MODE: str = "sync"
 
     def __init__(self, config: DictConfig) -> None:
-        self.coba_config = check_config(config)
+        self.coba_config = size_refills_for_sampler(config, check_config(config))
         # veRL's trainer base branches on the mode's own name ("sync", "colocate_async"); the
         # registered name has done its job (selecting this class) once we are constructed.
         with open_dict(config):
@@ -200,7 +201,7 @@ class CobaBudgets(SessionFates):
         # uniform keeps veRL's own selection, unless its refills are sized (coba.size_refills)
         counted = self.coba_config.strategy != "uniform" or self.coba_config.size_refills
         rollout_n = int(self.config.actor_rollout_ref.rollout.n)
-        options: dict[str, object] = {}
+        options: dict[str, object] = {"prompts_per_step": int(self.config.data.train_batch_size)}
         if self.coba_config.size_refills and coba_class is CobaReplayBuffer:
             options["sizer"] = RefillSizer(self.coba_config.min_rollouts, self.ledger.budget_of, rollout_n)
         poll = OmegaConf.select(self.config, "coba_cpu.poll_interval_s")
