@@ -14,15 +14,16 @@ The wing's rooms, named for when their code runs:
                 (`replay_buffer`, `async_replay_buffer`), each session's fate (`session_fates`),
                 the step's counts (`step_counts`), the group weight in veRL's advantage pass
                 (`advantage`), the loader carrying the allocator (`dataloader`), the classic trainer
-                (`classic`), a group's sessions (`sessions`), the step line (`progress`), the
-                estimate's reward wrapper (`index_reward`), the veRL code they rely on (`verl_guards`).
+                (`classic`), a group's sessions (`sessions`), the step line (`progress`), the veRL
+                code they rely on (`verl_guards`).
     reports/    after a run, from veRL's file logger: `run_summary` and its pictures (`run_plots`),
                 both reading `metrics_file`.
 
 At the door: `main` (``python -m coba_verl.main`` / ``coba-verl train``: the launch checks, then
-veRL's ``run_ppo``), `estimate` (``coba-verl estimate``), and `verl_names` (the veRL names every
-room reads). tests/test_layers.py holds the rooms to their arrows: launch imports no other room,
-hooks import launch (the trainer repeats its checks), reports import neither.
+veRL's ``run_ppo``), `estimate` (``coba-verl estimate``, and the reward function it wraps around the
+run's own), and `verl_names` (the veRL names every room reads). tests/test_layers.py holds the
+rooms to their arrows: launch imports no other room, hooks import launch (the trainer repeats its
+checks), reports import neither.
 
 Prompt ids (``extra_info.index`` -> tracker ids) and priors are the shared records'
 (`coba_verl.records`), the ``coba/`` metrics the core's (`coba_verl.core.metrics`).

@@ -14,9 +14,9 @@ It takes the same config and overrides as ``coba-verl train`` (so a recipe's lau
 ``data.val_files``                                    ``data.train_files`` (every training prompt)
 ``actor_rollout_ref.rollout.val_kwargs``              ``n = --samples``, ``do_sample = true`` and the
                                                       training rollout's temperature, top_p, top_k
-``reward.custom_reward_function``                     `coba_verl.verl_plugin.hooks.index_reward` around the
-                                                      run's own function (adds ``extra_info.index``
-                                                      to each dumped row; the score is unchanged)
+``reward.custom_reward_function``                     this module's `compute_score` around the run's own
+                                                      function (adds ``extra_info.index`` to each
+                                                      dumped row; the score is unchanged)
 ``trainer.val_only`` / ``val_before_train``           true / true: validate once, train nothing
 ``trainer.validation_data_dir``                       ``--generations-dir`` (default: beside the output)
 ``trainer.resume_mode``                               disable (the model is ``model.path``)
@@ -34,15 +34,34 @@ fewer than ``--samples``). The output is the JSON-lines file ``coba.prior_file``
 prompts veRL's dataset dropped (``data.filter_overlong_prompts``, ``data.val_max_samples``) get
 no record, and a warning counts them. The dump must be on a file system the launching machine
 shares with veRL's TaskRunner (as checkpoints are).
+
+The reward function around the run's own (`compute_score`, `compute_score_async`, loaded by veRL's
+reward workers from `INDEX_REWARD_PATH`): veRL's validation dump holds, for every generation, the
+prompt text, the score and the reward function's extra values, but not ``extra_info.index`` (its
+``uid`` is a random UUID per validation batch), and prompt text does not identify a prompt (two rows
+may share it). `configure` therefore sets::
+
+    reward.custom_reward_function.path = pkg://coba_verl.verl_plugin.estimate
+    reward.custom_reward_function.name = compute_score          (compute_score_async for an async one)
+    reward.custom_reward_function.reward_kwargs.coba_inner_path = <the run's path, or null: veRL's default>
+    reward.custom_reward_function.reward_kwargs.coba_inner_name = <the run's name>
+
+The score is the inner function's, unchanged; the result is a dict (veRL's reward managers take
+``score`` and keep the other keys as ``reward_extra_info``, which the dump writes per row) with one
+more key, `INDEX_KEY`: the prompt's ``extra_info.index`` as JSON text (text, so that veRL's validation
+metrics skip it instead of averaging indices; JSON, so that it reads back with its type). A float
+result becomes ``{"score": s, "acc": s}``, as veRL's naive manager reports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,16 +70,23 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from coba_verl.records.priors import PriorRecords, outcome_records, write_prior_file
-from coba_verl.refusal import exit_on_refusal
-from coba_verl.verl_plugin.hooks import index_reward
+from coba_verl.refusal import CobaRefusal, exit_on_refusal
 from coba_verl.verl_plugin.launch import preflight
 
-__all__ = ["EstimateRequest", "configure", "main", "prior_records", "read_generations", "summary"]
+__all__ = [
+    "INDEX_KEY", "EstimateRequest", "compute_score", "compute_score_async", "configure", "main",
+    "prior_records", "read_generations", "summary",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
-#: The reward module `configure` puts around the run's own reward function.
-INDEX_REWARD_PATH = "pkg://coba_verl.verl_plugin.hooks.index_reward"
+#: The reward module `configure` puts around the run's own reward function: this one.
+INDEX_REWARD_PATH = "pkg://coba_verl.verl_plugin.estimate"
+#: The reward_extra_info key holding ``json.dumps(extra_info["index"])``.
+INDEX_KEY = "coba_index"
+#: reward_kwargs keys naming the run's own reward function (path None: veRL's default_compute_score).
+INNER_PATH_KEY = "coba_inner_path"
+INNER_NAME_KEY = "coba_inner_name"
 
 
 @dataclass(frozen=True)
@@ -114,7 +140,7 @@ def configure(config: DictConfig, request: EstimateRequest) -> None:
     custom = OmegaConf.select(config, "reward.custom_reward_function") or {}
     inner_path = custom.get("path") or None
     inner_name = custom.get("name") or "compute_score"
-    inner = index_reward.inner_function(inner_path, inner_name)
+    inner = inner_function(inner_path, inner_name)
     name = "compute_score_async" if inspect.iscoroutinefunction(inner) else "compute_score"
     with open_dict(config):
         config.data.val_files = config.data.train_files
@@ -128,7 +154,7 @@ def configure(config: DictConfig, request: EstimateRequest) -> None:
             if key in rollout:
                 val[key] = rollout[key]
         kwargs = dict(custom.get("reward_kwargs") or {})
-        kwargs.update({index_reward.INNER_PATH_KEY: inner_path, index_reward.INNER_NAME_KEY: inner_name})
+        kwargs.update({INNER_PATH_KEY: inner_path, INNER_NAME_KEY: inner_name})
         wrapped = {"path": INDEX_REWARD_PATH, "name": name, "reward_kwargs": kwargs}
         config.reward.custom_reward_function = wrapped
         config.trainer.use_v1 = True
@@ -169,12 +195,12 @@ def read_generations(folder: Path) -> tuple[list[Any], list[float]]:
     for file in files:
         for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
             row = json.loads(line)
-            if index_reward.INDEX_KEY not in row:
+            if INDEX_KEY not in row:
                 raise RuntimeError(
-                    f"{file} line {number} has no {index_reward.INDEX_KEY}: its reward did not go through "
+                    f"{file} line {number} has no {INDEX_KEY}: its reward did not go through "
                     f"{INDEX_REWARD_PATH} (was reward.custom_reward_function overridden after configure?)"
                 )
-            index.append(json.loads(row[index_reward.INDEX_KEY]))
+            index.append(json.loads(row[INDEX_KEY]))
             scores.append(float(row["score"]))
     return index, scores
 
@@ -283,3 +309,66 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- the reward function around the run's own, in veRL's reward workers (module doc)
+
+
+@functools.cache
+def inner_function(path: str | None, name: str | None) -> Callable[..., Any]:
+    """The run's reward function: ``path``/``name`` as veRL loads them, or veRL's default one."""
+    if not path:
+        from verl.utils.reward_score import default_compute_score
+
+        return default_compute_score
+    from verl.utils.import_utils import load_extern_object
+
+    return load_extern_object(module_path=path, object_name=name or "compute_score")
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """(inner function, the call's keyword arguments without ours)."""
+    rest = dict(kwargs)
+    path = rest.pop(INNER_PATH_KEY, None)
+    name = rest.pop(INNER_NAME_KEY, None)
+    return inner_function(path, name), rest
+
+
+def index_text(extra_info: Any) -> str:
+    """``json.dumps(extra_info["index"])``.
+
+    Raises:
+        ValueError: the row has no ``extra_info.index`` (coba-verl's preflight checks the training
+            files for it, so this means a dataset class that drops it).
+    """
+    if not isinstance(extra_info, dict) or extra_info.get("index") is None:
+        keys = sorted(extra_info) if isinstance(extra_info, dict) else type(extra_info).__name__
+        raise CobaRefusal(
+            f"a sample reached the reward function without extra_info.index (extra_info: {keys}); "
+            "coba-verl estimate keys each prompt's pass rate by it."
+        )
+    return json.dumps(extra_info["index"])
+
+
+def with_index(result: Any, extra_info: Any) -> dict[str, Any]:
+    """The inner result as veRL's managers read it, plus `INDEX_KEY`."""
+    out = dict(result) if isinstance(result, dict) else {"score": result, "acc": result}
+    out[INDEX_KEY] = index_text(extra_info)
+    return out
+
+
+def _extra_info(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``extra_info`` of a call ``(data_source, solution_str, ground_truth, extra_info, ...)``."""
+    return kwargs["extra_info"] if "extra_info" in kwargs else (args[3] if len(args) > 3 else None)
+
+
+def compute_score(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The run's (synchronous) reward function's score, with the prompt's index."""
+    fn, rest = _split(kwargs)
+    return with_index(fn(*args, **rest), _extra_info(args, rest))
+
+
+async def compute_score_async(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The run's asynchronous reward function's score, with the prompt's index."""
+    fn, rest = _split(kwargs)
+    return with_index(await fn(*args, **rest), _extra_info(args, rest))

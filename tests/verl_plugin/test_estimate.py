@@ -17,7 +17,6 @@ import pytest
 from coba_verl.records.priors import PriorRecords, read_prior_file, write_prior_file
 from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin import estimate
-from coba_verl.verl_plugin.hooks import index_reward
 from coba_verl.verl_plugin.hooks.progress import CountingLoader, generations_of
 
 REWARD_MODULE = """
@@ -33,7 +32,7 @@ async def exact_async(data_source, solution_str, ground_truth, extra_info=None):
 def reward_file(tmp_path) -> Path:
     path = tmp_path / "my_reward.py"
     path.write_text(REWARD_MODULE)
-    index_reward.inner_function.cache_clear()
+    estimate.inner_function.cache_clear()
     return path
 
 
@@ -88,16 +87,16 @@ def test_configure_wraps_the_runs_own_reward_with_its_kwargs_and_the_async_wrapp
 
 def test_index_reward_keeps_the_inner_score_and_adds_the_index_as_json_text(reward_file):
     ours = {"coba_inner_path": str(reward_file), "coba_inner_name": "exact", "bonus": 0.5}
-    result = index_reward.compute_score(
+    result = estimate.compute_score(
         data_source="x", solution_str="7", ground_truth="7", extra_info={"index": 17}, **ours
     )
     assert result == {"score": 1.5, "acc": 1.5, "coba_index": "17"}  # bonus reached the inner function
-    positional = index_reward.compute_score("x", "6", "7", {"index": "p-3"}, **ours)
+    positional = estimate.compute_score("x", "6", "7", {"index": "p-3"}, **ours)
     assert positional == {"score": 0.5, "acc": 0.5, "coba_index": '"p-3"'}
     assert json.loads(positional["coba_index"]) == "p-3"  # reads back with its type
     ours_async = {"coba_inner_path": str(reward_file), "coba_inner_name": "exact_async"}
     result = asyncio.run(
-        index_reward.compute_score_async(
+        estimate.compute_score_async(
             data_source="x", solution_str="7", ground_truth="7", extra_info={"index": 4}, **ours_async
         )
     )
@@ -107,9 +106,17 @@ def test_index_reward_keeps_the_inner_score_and_adds_the_index_as_json_text(rewa
 def test_index_reward_defaults_to_veRLs_reward_and_names_a_missing_index():
     from verl.utils.reward_score import default_compute_score
 
-    assert index_reward.inner_function(None, "compute_score") is default_compute_score
+    assert estimate.inner_function(None, "compute_score") is default_compute_score
     with pytest.raises(ValueError, match="without extra_info.index"):
-        index_reward.with_index(1.0, {"split": "train"})
+        estimate.with_index(1.0, {"split": "train"})
+
+
+def test_veRL_loads_the_index_reward_from_the_path_configure_sets():
+    from verl.utils.import_utils import load_extern_object
+
+    for name in ("compute_score", "compute_score_async"):
+        loaded = load_extern_object(module_path=estimate.INDEX_REWARD_PATH, object_name=name)
+        assert loaded is getattr(estimate, name)
 
 
 def write_dump(folder: Path, rows: list[tuple[object, float]]) -> None:

@@ -2,6 +2,6 @@
 
 `trainer` (`CobaBudgets` and the registered V1 trainers; `registration` is the ``verl.plugins``
 entry point), `replay_buffer` / `async_replay_buffer`, `session_fates`, `step_counts`, `advantage`,
-`dataloader`, `classic`, `sessions`, `progress`, `index_reward`, and `verl_guards` (the veRL code
-they rely on, checked).
+`dataloader`, `classic`, `sessions`, `progress`, and `verl_guards` (the veRL code they rely on,
+checked).
 """
