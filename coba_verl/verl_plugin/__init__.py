@@ -6,9 +6,10 @@ The wing's rooms, named for when their code runs:
 
     launch/     before Ray starts (and again in the trainer's constructor): the ``coba`` node ->
                 `CobaConfig` and the veRL configurations refused (`config_bridge`), veRL's own
-                start-up conditions checked before Ray (`verl_start`, `trainer_start`,
-                `separate_async_start`, gated by `verl_code`'s source digests), the driver's input
-                checks (`preflight`).
+                start-up conditions checked before Ray (`verl_start` refuses them in one line:
+                every trainer's in `trainer_start`, ``separate_async``'s in `separate_async_start`,
+                the checkpoint engines that load here in `checkpoint_engines`; gated by
+                `verl_code`'s source digests), the driver's input checks (`preflight`).
     hooks/      inside veRL's trainers, every step: `CobaBudgets` and the registered trainers
                 (`trainer`, `registration` is the ``verl.plugins`` entry point), the replay buffers
                 (`replay_buffer`, `async_replay_buffer`), each session's fate (`session_fates`),

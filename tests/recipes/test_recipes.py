@@ -394,6 +394,15 @@ def test_every_recipe_in_every_trainer_mode_passes_veRLs_start_checks_or_is_refu
     """A config either gets through veRL's checks (validate_config; for V1, the constructor of veRL's
     own trainer class, where the async trainers assert) or is refused before Ray; a refused one is
     one veRL would stop on too, and the overrides its refusal names make it pass both."""
+    from tests.verl_plugin.verl_start_code import installed
+
+    with installed("cupy"):  # the GPU machines the recipes are for: veRL's nccl engine loads there
+        _launch_or_refuse(task, setting, mode)
+
+
+def _launch_or_refuse(task: str, setting: str, mode: str) -> None:
+    """The recipe in ``mode`` through the launch checks and veRL's trainer class, or its refusal
+    matched by veRL's and the overrides it names through both."""
     from coba_verl.refusal import CobaRefusal
 
     env = {"SETTING": setting, **({"TRAINER": "classic"} if mode == "classic" else {})}

@@ -157,6 +157,7 @@ def small_config(train_parquet) -> Callable[..., DictConfig]:
                 "data.train_batch_size=4",
                 "data.seed=7",
                 "actor_rollout_ref.rollout.n=4",
+                "actor_rollout_ref.rollout.name=vllm",  # mandatory (???): a GPU launch names its engine
                 "actor_rollout_ref.actor.ppo_mini_batch_size=2",
                 "coba.max_rollouts=8",
                 *overrides,
@@ -185,3 +186,13 @@ def transfer_queue(coba_compose):
         tq.close()
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def cupy_installed():
+    """cupy found and importable (a stand-in), as on a GPU machine with veRL's ``cupy-cu130`` extra:
+    veRL's nccl checkpoint engine loads (`tests.verl_plugin.verl_start_code.installed`)."""
+    from tests.verl_plugin.verl_start_code import installed
+
+    with installed("cupy"):
+        yield

@@ -1411,6 +1411,7 @@ SEPARATE = (
 )  # fmt: skip
 
 
+@pytest.mark.usefixtures("cupy_installed")  # veRL's nccl engine loads, as SEPARATE's GPU machine has it
 def test_separate_async_local_updates_each_train_their_share_in_rollouts(
     async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
 ):
@@ -1443,6 +1444,7 @@ def test_separate_async_local_updates_each_train_their_share_in_rollouts(
     assert any(len(set(s["budgets"])) > 1 for s in run.manager.submissions)
 
 
+@pytest.mark.usefixtures("cupy_installed")
 def test_separate_async_with_dapo_trains_each_local_updates_share_from_groups_with_a_reward_spread(
     async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
 ):
@@ -1484,6 +1486,7 @@ FAILURE_RATE = 0.3
     ],
     ids=["colocate_async", "separate_async", "colocate_async-uniform"],
 )
+@pytest.mark.usefixtures("cupy_installed")
 def test_async_failed_sessions_train_the_finished_ones_of_groups_with_b_low_and_are_counted_as_failed(
     strategy, cls, async_workers, transfer_queue, small_config, tiny_tokenizer, tmp_path
 ):

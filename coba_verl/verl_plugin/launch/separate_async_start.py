@@ -1,17 +1,33 @@
-"""``separate_async``'s start-up conditions in veRL 0.9.1: its pools, local updates and hybrid switch.
+"""The start-up conditions of veRL 0.9.1's ``separate_async`` trainer, checked before Ray.
 
-`separate_async_unfit` lists what ``PPOTrainerSeparateAsync`` and the code it starts would stop on,
-for `coba_verl.verl_plugin.launch.verl_start.check_verl_start`, each rule checked while its veRL
-code is 0.9.1's (`verl_code_is_known`).
+`separate_async_unfit` lists, for `coba_verl.verl_plugin.launch.verl_start.check_verl_start`, what
+``PPOTrainerSeparateAsync`` and the code it starts would stop on inside Ray: the batch against its
+local updates, the standalone rollout pool and its engines, a checkpoint engine that can send weights
+to that pool (not ``naive``: the refusal names the engines that load here, or what to install for
+one), the reward model's own pool, the hybrid switch's settings and its
+disaggregated rollout (which veRL ignores, with a warning, without hybrid replicas), and an actor
+strategy whose old policy can be kept. Each rule is checked while its veRL code is 0.9.1's
+(`verl_code_is_known`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+
 from omegaconf import DictConfig, OmegaConf
 
 from coba_verl.cpu.launcher import cpu_backend_enabled
-from coba_verl.verl_plugin.launch.trainer_start import rollout_engine
-from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
+from coba_verl.verl_plugin.launch.trainer_start import (
+    Unfit,
+    own_pool_fix,
+    rollout_engine,
+    shown,
+    standalone_engine_fit,
+)
+from coba_verl.verl_plugin.launch.verl_code import verl_code_is_known
+
+logger = logging.getLogger(__name__)
 
 #: ``actor.strategy`` values whose weights veRL's ``DetachActorWorker`` can snapshot to host memory
 #: for the old policy of ``separate_async``'s local updates (``engine_workers.py:86-108``).
@@ -33,33 +49,34 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
         unfit += _pool_unfit(config, on_cpu)
         backend = OmegaConf.select(rollout, "checkpoint_engine.backend")
         if backend == "naive" and not on_cpu:
+            _, fix, words = standalone_engine_fit()
             unfit.append(
                 Unfit(
                     "actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send weights to a "
-                    "standalone rollout pool (trainer_separate_async.py:68-70; nixl and mooncake also fit)",
-                    ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",),
+                    f"standalone rollout pool (trainer_separate_async.py:68-70); of veRL's engines, {words}",
+                    fix,
                 )
             )
         reward_model = config.reward.reward_model
         if bool(reward_model.enable) and not bool(reward_model.enable_resource_pool):
-            pool = [
-                f"reward.reward_model.{key}=1"
-                for key in ("nnodes", "n_gpus_per_node")
-                if reward_model[key] <= 0
-            ]
+            pool = own_pool_fix(config)
             unfit.append(
                 Unfit(
                     "reward.reward_model.enable=true needs the reward model in its own pool "
-                    "(reward.reward_model.nnodes x n_gpus_per_node, both above 0: trainer_base.py:824-827), "
+                    f"(reward.reward_model.nnodes={shown(reward_model.get('nnodes'))} x n_gpus_per_node="
+                    f"{shown(reward_model.get('n_gpus_per_node'))}, both above 0: trainer_base.py:824-827), "
                     "since the standalone rollout never pauses to free memory "
                     "(trainer_separate_async.py:71-76)",
                     ("reward.reward_model.enable_resource_pool=true", *pool),
                 )
             )
         switch = f"{SWITCH}.enable_switch"
-        if bool(OmegaConf.select(config, switch, default=False)) and bool(
-            OmegaConf.select(rollout, "disaggregation.enabled", default=False)
+        disaggregated = bool(OmegaConf.select(rollout, "disaggregation.enabled", default=False))
+        if bool(OmegaConf.select(config, switch, default=False)) and not bool(
+            OmegaConf.select(config, "actor_rollout_ref.hybrid_engine", default=True)
         ):
+            _say_switch_ignored()  # veRL turns it off (trainer_separate_async.py:89-94)
+        elif bool(OmegaConf.select(config, switch, default=False)) and disaggregated:
             unfit.append(
                 Unfit(
                     f"{switch}=true does not work with actor_rollout_ref.rollout.disaggregation.enabled=true "
@@ -86,6 +103,17 @@ def separate_async_unfit(config: DictConfig) -> list[Unfit]:
 
 #: veRL's settings of ``separate_async``'s hybrid switch (``HybridRolloutSwitchConfig``).
 SWITCH = "trainer.v1.separate_async.hybrid_rollout"
+
+
+@functools.cache
+def _say_switch_ignored() -> None:
+    """veRL's own warning, said before Ray: the switch lends the training devices' rollout replicas,
+    and without them (``actor_rollout_ref.hybrid_engine=false``) veRL turns it off and starts."""
+    logger.warning(
+        "%s.enable_switch=true is ignored with actor_rollout_ref.hybrid_engine=false: no rollout replica is "
+        "on the training devices to switch, and veRL turns the switch off (trainer_separate_async.py:89-94).",
+        SWITCH,
+    )
 
 
 def _sync_step_unfit(config: DictConfig) -> list[Unfit]:
@@ -115,7 +143,7 @@ def _pool_unfit(config: DictConfig, on_cpu: bool) -> list[Unfit]:
     pool // engine engines (`rollout_engine`: ``llm_server.py:434-460``, disaggregated prefill and
     decode counted), none in a smaller pool. On the CPU backend one ``hf`` server a slot."""
     rollout = config.actor_rollout_ref.rollout
-    nodes, per_node = int(rollout.nnodes), int(rollout.n_gpus_per_node)
+    nodes, per_node = int(rollout.nnodes or 0), int(rollout.n_gpus_per_node or 0)  # null: none
     need, how = rollout_engine(config)
     if on_cpu or not verl_code_is_known("standalone_pool"):
         need = 1
@@ -129,8 +157,9 @@ def _pool_unfit(config: DictConfig, on_cpu: bool) -> list[Unfit]:
         if new != old
     )
     reason = (
-        f"actor_rollout_ref.rollout.nnodes={nodes} x n_gpus_per_node={per_node}: separate_async generates on "
-        "a standalone rollout pool of that many devices besides the trainer's trainer.nnodes x "
+        f"actor_rollout_ref.rollout.nnodes={shown(rollout.nnodes)} x "
+        f"n_gpus_per_node={shown(rollout.n_gpus_per_node)}: separate_async generates on a standalone "
+        "rollout pool of that many devices besides the trainer's trainer.nnodes x "
         "trainer.n_gpus_per_node (trainer_separate_async.py:64-67)"
     )
     if need > 1:

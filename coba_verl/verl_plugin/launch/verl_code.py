@@ -1,10 +1,11 @@
 """The veRL 0.9.1 code whose start-up conditions coba-verl checks before Ray, and its source digests.
 
 A launch check that states one of veRL's own conditions (`coba_verl.verl_plugin.launch.verl_start`,
-`coba_verl.verl_plugin.launch.separate_async_start`, `coba_verl.verl_plugin.launch.trainer_start`)
-applies it only while the veRL code stating it is veRL 0.9.1's: `verl_code_is_known` compares the
-sha256 of that code's source, read with `ast` without importing veRL, with `VERL_START_CODE`. A
-changed one is left to veRL, which then stops inside Ray, and a WARNING names the code.
+`coba_verl.verl_plugin.launch.trainer_start`, `coba_verl.verl_plugin.launch.separate_async_start`,
+`coba_verl.verl_plugin.launch.checkpoint_engines`) applies it only while the veRL code stating it is
+veRL 0.9.1's: `verl_code_is_known` compares the sha256 of that code's source, read with `ast` without
+importing veRL, with `VERL_START_CODE`. A changed one is left to veRL, which then stops inside Ray,
+and a WARNING names the code.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 class VerlCode(NamedTuple):
-    """A piece of veRL's code that a rule of `check_verl_start` states before Ray."""
+    """A piece of veRL's code whose condition a launch check states before Ray."""
 
     path: str  # under the installed ``verl`` package
     qualname: str  # ``Class.method``
@@ -84,10 +85,28 @@ VERL_START_CODE: dict[str, VerlCode] = {
         "workers/config/rollout.py", "RolloutConfig.__post_init__",
         "6015c0fb557f095291da3de0b9ef4293e8a8cf3bcca4cc3f65434362f05a2900",
     ),
+    # the HCCL engine's import guard (`checkpoint_engines.KNOWN_GUARDS`)
+    "npu_guard": VerlCode(
+        "utils/device.py", "is_torch_npu_available",
+        "ac980496d5847d3ad471dd4186ee2a136d12f9fb11ffc301d363402061b9f290",
+    ),
+    # the rollout worker's device mesh over the training devices, and the roles that build it
+    "rollout_mesh": VerlCode(
+        "workers/engine_workers.py", "ActorRolloutRefWorker.init_model",
+        "8bf2619c9dbfa87754b49584fbb66f75939bbd485998d217a970859a1c9597cb",
+    ),
+    "rollout_role": VerlCode(
+        "trainer/ppo/v1/trainer_base.py", "PPOTrainer._init_resource_pool_mgr",
+        "b55a978004914e85848b2b35655c5d922514bd9733592bbb34420a97f465f13e",
+    ),
+    "rollout_role_classic": VerlCode(
+        "trainer/main_ppo_v0.py", "BaseTaskRunner.add_actor_rollout_worker",
+        "e469c9d8783a73265b38ba6032f0fae638e4ff5d016c0496c61bfbbf787f2610",
+    ),
 }  # fmt: skip
 
 
-def _verl_folder() -> Path | None:
+def verl_folder() -> Path | None:
     """The installed ``verl`` package's folder (found, not imported), None without veRL."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
@@ -100,7 +119,7 @@ def verl_source_sha256(path: str, qualname: str) -> str | None:
     """sha256 of the source text of ``qualname`` in the installed veRL's ``path``; None where it is
     not found. Read with `ast`, without importing veRL: the driver checks before veRL picks its
     platform (`coba_verl.cpu.launcher.prepare_cpu_run` sets it)."""
-    folder = _verl_folder()
+    folder = verl_folder()
     if folder is None:
         return None
     try:
@@ -116,29 +135,6 @@ def verl_source_sha256(path: str, qualname: str) -> str | None:
             return None
     segment = ast.get_source_segment(source, node)
     return hashlib.sha256(segment.encode()).hexdigest() if segment else None
-
-
-@functools.cache
-def verl_registrations(folder: str, registry: str) -> tuple[str, ...]:
-    """The names the installed veRL's modules under ``folder`` give classes with the decorator
-    ``@<registry>.register("<name>")``, sorted. Read with `ast`, nothing imported: veRL imports each
-    checkpoint engine only where its library is (cupy, nixl, mooncake...), so its registry at run time
-    holds those of them that import there."""
-    root = _verl_folder()
-    names: set[str] = set()
-    for path in sorted((root / folder).rglob("*.py")) if root is not None else ():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            for decorator in getattr(node, "decorator_list", ()) if isinstance(node, ast.ClassDef) else ():
-                call = decorator if isinstance(decorator, ast.Call) else None
-                func = call.func if call is not None else None
-                if (
-                    isinstance(func, ast.Attribute) and func.attr == "register"
-                    and isinstance(func.value, ast.Name) and func.value.id == registry
-                    and call.args and isinstance(call.args[0], ast.Constant)
-                    and isinstance(call.args[0].value, str)
-                ):  # fmt: skip
-                    names.add(call.args[0].value)
-    return tuple(sorted(names))
 
 
 def verl_code_is_known(rule: str) -> bool:
@@ -160,10 +156,3 @@ def _say_code_changed(rule: str) -> None:
         code.qualname,
         code.path,
     )
-
-
-class Unfit(NamedTuple):
-    """A setting an asynchronous trainer of veRL stops on at start: why, and overrides that fit."""
-
-    reason: str
-    fix: tuple[str, ...]

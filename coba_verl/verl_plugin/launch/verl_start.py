@@ -1,12 +1,12 @@
-"""veRL's own start-up conditions of its trainers, checked before Ray.
+"""The one refusal of veRL's start-up conditions before Ray, and those of veRL's asynchronous modes.
 
 `check_verl_start` refuses, in one line before Ray (and TransferQueue) start, what veRL 0.9.1's
 trainers would stop on inside Ray: the conditions every trainer meets
 (`coba_verl.verl_plugin.launch.trainer_start`), those of the ``colocate_async`` and
-``separate_async`` trainers (here), and ``separate_async``'s own (its pools, local updates and
-hybrid switch: `coba_verl.verl_plugin.launch.separate_async_start`). Each rule is checked only while
-the veRL code that states it is 0.9.1's (its source digest in `VERL_START_CODE`); a changed one is
-left to veRL, with a WARNING naming the code.
+``separate_async`` trainers (here: no SGLang, local updates that divide the batch), and
+``separate_async``'s own (`coba_verl.verl_plugin.launch.separate_async_start`). Each rule is checked
+only while the veRL code that states it is 0.9.1's (its source digest in `VERL_START_CODE`); a
+changed one is left to veRL, with a WARNING naming the code.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.launch.separate_async_start import separate_async_unfit
-from coba_verl.verl_plugin.launch.trainer_start import trainer_start_unfit
-from coba_verl.verl_plugin.launch.verl_code import Unfit, verl_code_is_known
+from coba_verl.verl_plugin.launch.trainer_start import Unfit, trainer_start_unfit
+from coba_verl.verl_plugin.launch.verl_code import verl_code_is_known
 from coba_verl.verl_plugin.verl_names import ASYNC_MODES, verl_mode
 
 
@@ -25,12 +25,13 @@ def check_verl_start(config: DictConfig) -> None:
 
     Every trainer (`trainer_start_unfit`, veRL 0.9.1 line numbers): a reward model in its own pool of
     ``reward.reward_model.nnodes x n_gpus_per_node`` devices, both above 0 (``trainer_base.py:823-827``,
-    ``main_ppo_v0.py:75-79``); a checkpoint engine veRL registers (``checkpoint_engine/base.py:93-98``);
-    disaggregated prefill and decode with SGLang or vLLM only (``rollout.py:341-344``); V1: DAPO's
+    ``main_ppo_v0.py:75-79``); a checkpoint engine veRL registers and whose module imports here
+    (``checkpoint_engine/base.py:93-98``, ``checkpoint_engine/__init__.py``); disaggregated prefill and
+    decode with SGLang or vLLM only (``rollout.py:341-344``); training devices that divide into rollout
+    engines (``engine_workers.py:655-661``) and, in V1, hold one (``llm_server.py:434-460``); V1: DAPO's
     ``algorithm.filter_groups.metric`` set and no colocated reward model with it
     (``trainer_base.py:194-204``), ``trainer.v1.sampler.max_off_policy_threshold`` a positive integer
-    or null and ``max_off_policy_strategy`` drop or wait (``replay_buffer.py:165-177``), training
-    devices that hold one rollout engine (``llm_server.py:434-460``).
+    or null and ``max_off_policy_strategy`` drop or wait (``replay_buffer.py:165-177``).
 
     ``colocate_async`` and ``separate_async``:
 
@@ -39,12 +40,13 @@ def check_verl_start(config: DictConfig) -> None:
       (``trainer_base.py:535``, in the first step);
     - ``separate_async`` only (`separate_async_unfit`): train_batch_size = parameter_sync_step x
       ppo_mini_batch_size, a standalone rollout pool, a checkpoint engine other than ``naive``, a
-      reward model in its own pool, no hybrid switch with disaggregated rollout
-      (``trainer_separate_async.py:56-104``), veRL's switch settings
+      reward model in its own pool, no hybrid switch with disaggregated rollout where hybrid
+      replicas are on (``trainer_separate_async.py:56-104``), veRL's switch settings
       (``config.py:85-89``), a pool of at least one rollout engine (``llm_server.py:434-460``), an
       actor strategy whose old policy can be kept (``engine_workers.py:86-108``).
 
-    All that is unfit is named in one refusal, with overrides that fit.
+    All that is unfit is named in one refusal, with overrides that fit (where only an install fits,
+    the reason names it).
 
     Raises:
         CobaRefusal: naming each setting, its value and the value that fits.
@@ -67,8 +69,7 @@ def check_verl_start(config: DictConfig) -> None:
         raise CobaRefusal(
             f"{where} cannot start with this config; veRL would stop inside Ray, after {started} started: "
             + "; ".join(u.reason for u in unfit)
-            + ". To launch it, set: "
-            + " ".join(fixes)
+            + (". To launch it, set: " + " ".join(fixes) if fixes else "")
             + "."
         )
 
