@@ -95,7 +95,8 @@ def test_config_without_coba_node_uses_cobaconfig_defaults(coba_compose, gpu_1x8
 
 @pytest.fixture(scope="module")
 def base_1x8(coba_compose, gpu_1x8):
-    return coba_compose(gpu_1x8)
+    """A GPU launch's config: it names its rollout engine (mandatory, ``???`` in veRL's yaml)."""
+    return coba_compose([*gpu_1x8, "actor_rollout_ref.rollout.name=vllm"])
 
 
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
@@ -201,6 +202,19 @@ def test_trainer_refuses_on_the_stock_main_ppo_route_before_building_anything(ba
     with pytest.raises(ValueError, match="Set trainer.v1.sync.parameter_sync_step=1"):
         CobaTrainer(config)
     assert config.trainer.v1.trainer_mode == COBA_TRAINER_MODE  # refused before anything was changed
+
+
+def test_the_stock_main_ppo_route_names_an_unset_rollout_engine_before_any_worker(coba_compose, gpu_1x8):
+    """Under veRL's own launcher CobaTrainer's constructor is the first check of ours: a launch
+    without ``actor_rollout_ref.rollout.name`` is refused there, naming it, not in a worker."""
+    from coba_verl.verl_plugin.hooks.trainer import CobaTrainer
+
+    config = coba_compose(gpu_1x8)
+    OmegaConf.update(config, "trainer.v1.trainer_mode", COBA_TRAINER_MODE)
+    with pytest.raises(
+        ValueError, match=r"unset \(\?\?\?\) that this run reads: actor_rollout_ref\.rollout\.name \("
+    ):
+        CobaTrainer(config)
 
 
 @pytest.mark.parametrize(

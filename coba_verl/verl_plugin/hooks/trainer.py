@@ -104,6 +104,7 @@ from coba_verl.verl_plugin.hooks.step_counts import (
 )
 from coba_verl.verl_plugin.hooks.verl_guards import check_verl_api
 from coba_verl.verl_plugin.launch.config_bridge import check_config
+from coba_verl.verl_plugin.launch.mandatory_values import check_mandatory_values
 from coba_verl.verl_plugin.verl_names import COBA_MODES
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ class CobaBudgets(SessionFates):
         config: veRL's composed config with an optional ``coba`` node (`CobaConfig` fields).
 
     Raises:
-        ValueError: for the configurations `check_config` refuses, and ``coba.size_refills=true``
+        ValueError: for a mandatory value of veRL's config left unset (`check_mandatory_values`),
+            the configurations `check_config` refuses, and ``coba.size_refills=true``
             with a custom sampler (`size_refills_for_sampler`; ``auto`` is off there).
         LedgerError: when the rollout engine generates more sessions than a group's budget.
     """
@@ -144,6 +146,8 @@ class CobaBudgets(SessionFates):
     VERL_MODE: str = "sync"
 
     def __init__(self, config: DictConfig) -> None:
+        # The first check of ours under veRL's own launcher (main_ppo): name ??? values before a worker.
+        check_mandatory_values(config)
         self.coba_config = size_refills_for_sampler(config, check_config(config))
         # veRL's trainer base branches on the mode's own name ("sync", "colocate_async"); the
         # registered name has done its job (selecting this class) once we are constructed.
