@@ -145,7 +145,6 @@ def test_a_failed_import_keeps_the_function_waiting_for_the_next_attempt(package
     assert seen == [7] and hooks.pending() == []
 
 
-
 def test_a_module_whose_loader_is_a_shared_class_is_never_wrapped(caplog):
     """A builtin module's loader is a class that loads every builtin: the function runs at once and
     the class is left as it was."""

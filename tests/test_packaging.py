@@ -217,9 +217,7 @@ def _closure(extras: Iterable[str]) -> set[str]:
 def _uncovered(needs: dict[str, set[str]], extras: Iterable[str]) -> dict[str, list[str]]:
     brought = _closure(extras)
     return {
-        top: sorted(mods)
-        for top, mods in needs.items()
-        if not _top_level_names().get(top, set()) & brought
+        top: sorted(mods) for top, mods in needs.items() if not _top_level_names().get(top, set()) & brought
     }
 
 
@@ -306,7 +304,7 @@ def test_trl_spec_is_the_same_in_the_extra_and_in_ci() -> None:
 def test_readme_names_only_extras_that_exist() -> None:
     extras = set(_pyproject()["project"]["optional-dependencies"])
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    named = {e for group in re.findall(r'(?:coba-verl|\.)\[([a-z,\-]+)\]', readme) for e in group.split(",")}
+    named = {e for group in re.findall(r"(?:coba-verl|\.)\[([a-z,\-]+)\]", readme) for e in group.split(",")}
     assert named <= extras, named - extras
 
 
@@ -343,9 +341,12 @@ import coba_verl.main, coba_verl.verl_plugin.hooks.registration, coba_verl.cpu.r
 assert importlib.util.find_spec("trl") is None, "TRL is installed beside veRL"
 assert any(e.name == "coba_verl" for e in md.entry_points(group="verl.plugins"))
 """
-_LAB = _VERL + """
+_LAB = (
+    _VERL
+    + """
 import coba_verl.lab.experiment
 """
+)
 #: name -> (README's pip arguments, run in the repository root; what must then work elsewhere).
 LINES = {
     "core": ("-e .", _CORE),
@@ -371,12 +372,20 @@ def test_install_line_in_a_fresh_venv(line: str, tmp_path: Path) -> None:
     start = time.monotonic()
     done = subprocess.run(
         [str(bindir / "python"), "-m", "pip", "install", "--quiet", *shlex.split(args)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     took = time.monotonic() - start
     assert done.returncode == 0, f"pip install {args}: {done.stderr[-4000:]}"
     ran = subprocess.run(  # not in the repository root, whose coba_verl would shadow what was installed
-        [str(bindir / "python"), "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [str(bindir / "python"), "-c", check],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert ran.returncode == 0, f"after pip install {args}:\n{ran.stdout[-2000:]}{ran.stderr[-4000:]}"

@@ -104,6 +104,9 @@ def _check(command: list[str]) -> None:
         case ["ruff", "check", "."]:
             done = _run([_tool("ruff"), "check", "."], timeout=120)
             assert done.returncode == 0, done.stdout[-2000:]
+        case ["ruff", "format", "--check", "."]:
+            done = _run([_tool("ruff"), "format", "--check", "."], timeout=120)
+            assert done.returncode == 0, done.stdout[-2000:]
         case ["python", "-m", "pytest", *options]:
             _check_pytest(options)
         case ["coba-verl", "lab"]:

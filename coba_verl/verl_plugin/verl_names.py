@@ -33,8 +33,6 @@ def coba_mode(mode: str) -> str:
     return mode if mode in COBA_MODES.values() else COBA_MODES[mode]
 
 
-
 def verl_mode(mode: str) -> str:
     """veRL's name of a V1 mode (``coba_separate_async`` -> ``separate_async``; its own are themselves)."""
     return {coba: verl for verl, coba in COBA_MODES.items()}.get(mode, mode)
-

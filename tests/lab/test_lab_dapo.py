@@ -309,9 +309,7 @@ def test_batch_composition_counts_groups_sizes_and_advantage_mass() -> None:
     # A = 1.5, -0.5 x 3; group 2: [0, 0] -> no spread, mass 0
     index = np.array([0, 0, 1, 1, 1, 1, 2, 2])
     scores = np.array([1, 0, 1, 0, 0, 0, 0, 0], np.float64)
-    out = batch_composition(
-        index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "proportional"
-    )
+    out = batch_composition(index, scores, np.array([0.5, 0.25, 0.0]), np.array([0, 1, 2]), "proportional")
     m0, m1 = 2 / np.sqrt(2), 1.5 + 3 * 0.5
     assert out["trained_groups"] == 3 and out["trained_size_max"] == 4
     assert out["trained_size_mean"] == pytest.approx(8 / 3)

@@ -92,7 +92,13 @@ def test_a_changed_clear_groups_refuses_the_buffer_naming_the_method(cls, monkey
         (CobaReplayBufferAsync, ReplayBuffer, "_dapo_filtered_keys", "len(values) > 1", "len(values) > 2"),
     ],
     ids=[
-        "sync-sample", "async-wait", "async-failed-eviction", "oldest-first", "batch", "sampleable", "evict",
+        "sync-sample",
+        "async-wait",
+        "async-failed-eviction",
+        "oldest-first",
+        "batch",
+        "sampleable",
+        "evict",
         "dapo-rule",
     ],
 )

@@ -52,8 +52,6 @@ def check_verl_api(base: type = PPOTrainerSync) -> None:
     check_api("veRL", "verl", "0.9.1", {(base, name): params for name, params in EXTENDED_METHODS.items()})
 
 
-
-
 def source_sha256(method: Callable[..., Any]) -> str | None:
     """sha256 of a method's source text, or None where Python cannot read it (no ``.py`` file)."""
     try:
