@@ -188,9 +188,13 @@ def custom_sampler(tmp_path) -> tuple[str, ...]:
 
 
 @pytest.mark.usefixtures("reuse_datasets")
-def test_size_refills_true_with_a_custom_sampler_is_refused_in_one_line(small_config, custom_sampler):
+@pytest.mark.parametrize("where", ["driver", "trainer"])
+def test_size_refills_true_with_a_custom_sampler_is_refused_in_one_line(small_config, custom_sampler, where):
+    """Before Ray (the driver's `check_config`) and again when the trainer is built."""
+    from coba_verl.verl_plugin.launch.config_bridge import check_config
+
     with pytest.raises(CobaRefusal) as refused:
-        CobaTrainer(small_config(*SIZED, *custom_sampler))
+        (check_config if where == "driver" else CobaTrainer)(small_config(*SIZED, *custom_sampler))
     path = custom_sampler[0].split("=", 1)[1]
     assert str(refused.value) == (
         f"coba.size_refills=true cannot size the refills of trainer.v1.sampler.custom_sampler={path}:"
@@ -206,14 +210,15 @@ def test_size_refills_auto_with_a_custom_sampler_is_off_with_a_warning_naming_it
 ):
     """coba under DAPO in the sync trainer, where auto would size the refills: a custom sampler cannot
     be sized, so auto resolves to off, said once; the step's first submission goes out unsized."""
-    with caplog.at_level(logging.WARNING, logger=RefillSizer.__module__):
+    bridge = "coba_verl.verl_plugin.launch.config_bridge"
+    with caplog.at_level(logging.WARNING, logger=bridge):
         trainer = CobaTrainer(small_config(*SIZED[:2], f"coba.size_refills={setting}", *custom_sampler))
     path = custom_sampler[0].split("=", 1)[1]
     warning = (
         f"coba.size_refills=auto resolves to off: trainer.v1.sampler.custom_sampler={path}:CustomSampler "
         "replaces coba-verl's replay buffer, whose refills C-size sizes"
     )
-    assert [r.getMessage() for r in caplog.records if r.name == RefillSizer.__module__] == [warning] * warned
+    assert [r.getMessage() for r in caplog.records if r.name == bridge] == [warning] * warned
     assert trainer.coba_config.size_refills is False
     assert type(trainer.replay_buffer).__name__ == "CustomSampler"
     assert getattr(trainer.replay_buffer, "sizer", None) is None
@@ -221,3 +226,18 @@ def test_size_refills_auto_with_a_custom_sampler_is_off_with_a_warning_naming_it
     trainer._init_dataloader()
     trainer.global_steps = 1
     assert trainer._next_train_batch(3)["__rollout_n__"].tolist() == [4, 4, 4]  # asked for, none trimmed
+
+
+def test_auto_off_under_a_custom_sampler_is_said_once_by_the_driver_not_again_by_the_trainer(
+    small_config, custom_sampler, caplog
+):
+    """The driver's check says it; the trainer's check of the same (marked) config inside Ray does not."""
+    from coba_verl.verl_plugin.launch.config_bridge import check_config
+
+    bridge = "coba_verl.verl_plugin.launch.config_bridge"
+    config = small_config(*SIZED[:2], "coba.size_refills=auto", *custom_sampler)
+    with caplog.at_level(logging.WARNING, logger=bridge):
+        first, second = check_config(config), check_config(config)
+    assert first.size_refills is False and second.size_refills is False
+    said = [r.getMessage() for r in caplog.records if r.name == bridge]
+    assert len(said) == 1 and said[0].startswith("coba.size_refills=auto resolves to off")

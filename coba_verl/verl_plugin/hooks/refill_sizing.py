@@ -27,9 +27,9 @@ discards every group within its step, so a step starts with nothing ready or in 
     budgets [4, 4, 4], slots 1, B_low 2  ->  submitted [2] (2 trimmed), two put back
 
 C-size lives in coba-verl's own buffer: a custom sampler (``trainer.v1.sampler.custom_sampler``),
-which veRL builds in its place, cannot be sized. `size_refills_for_sampler` refuses
-``coba.size_refills=true`` with one (one line, when the trainer is built) and resolves ``auto`` to off
-there, with a WARNING naming the sampler.
+which veRL builds in its place, cannot be sized. The launch checks refuse ``coba.size_refills=true``
+with one, in one line before Ray (`coba_verl.verl_plugin.launch.config_bridge.check_size_refills`),
+and resolve ``auto`` to off there, with a WARNING naming the sampler (`resolve_size_refills`).
 
 Two things bound every counted sample's refills, sized or not, in the sync and the async buffers:
 `EmptyGroupWatch` stops them once 2 x M prompt groups in a row came back with no finished session
@@ -39,7 +39,6 @@ C-size fewer than asked for), which the watch's error names.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -47,61 +46,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 
-from coba_verl.core.config import CobaConfig
 from coba_verl.core.wave_sizing import size_submission
-from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.hooks.sessions import uid_of
 
 logger = logging.getLogger(__name__)
-
-
-#: Where veRL reads a custom sampler (``trainer_base.py:145-151``): one is loaded when ``path`` and
-#: ``name`` are both set.
-CUSTOM_SAMPLER = "trainer.v1.sampler.custom_sampler"
-
-
-def custom_sampler_of(config: DictConfig) -> str | None:
-    """``path:name`` of the custom sampler veRL builds in place of its replay buffer, or None."""
-    custom = OmegaConf.select(config, CUSTOM_SAMPLER, default=None)
-    if custom is None or not custom.get("path") or not custom.get("name"):
-        return None
-    return f"{custom.path}:{custom.name}"
-
-
-def size_refills_for_sampler(config: DictConfig, cfg: CobaConfig) -> CobaConfig:
-    """``cfg`` with ``size_refills`` as the run's replay buffer can apply it. Only `CobaReplayBuffer`
-    sizes refills; under a custom sampler (`custom_sampler_of`):
-
-        coba.size_refills=true            ->  CobaRefusal, one line naming the sampler and what to set
-        coba.size_refills=auto (on: coba
-        under sync DAPO)                  ->  off, a WARNING naming the sampler
-        off                               ->  ``cfg`` as it is
-
-    Raises:
-        CobaRefusal: ``coba.size_refills=true`` with a custom sampler.
-    """
-    sampler = custom_sampler_of(config)
-    if sampler is None or not cfg.size_refills:
-        return cfg
-    if OmegaConf.select(config, "coba.size_refills", default=None) != "auto":
-        raise CobaRefusal(
-            f"coba.size_refills=true cannot size the refills of {CUSTOM_SAMPLER}={sampler}: C-size trims "
-            "the submissions of coba-verl's own replay buffer, which the custom sampler replaces. Set "
-            f"coba.size_refills=false, or {CUSTOM_SAMPLER}=null."
-        )
-    logger.warning(
-        "coba.size_refills=auto resolves to off: %s=%s replaces coba-verl's replay buffer, whose refills "
-        "C-size sizes",
-        CUSTOM_SAMPLER,
-        sampler,
-    )
-    resolved = copy.copy(cfg)  # not dataclasses.replace: the knob warnings were said once already
-    resolved.size_refills = False
-    return resolved
 
 
 class RefillSizer:

@@ -93,7 +93,7 @@ from coba_verl.verl_plugin.hooks.advantage import (
 from coba_verl.verl_plugin.hooks.async_replay_buffer import CobaReplayBufferAsync
 from coba_verl.verl_plugin.hooks.dataloader import CobaDataLoader
 from coba_verl.verl_plugin.hooks.progress import ProgressLines
-from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer, size_refills_for_sampler
+from coba_verl.verl_plugin.hooks.refill_sizing import RefillSizer
 from coba_verl.verl_plugin.hooks.replay_buffer import CobaBufferHooks, CobaReplayBuffer
 from coba_verl.verl_plugin.hooks.session_fates import SessionFates
 from coba_verl.verl_plugin.hooks.sessions import final_outputs
@@ -138,7 +138,7 @@ class CobaBudgets(SessionFates):
     Raises:
         ValueError: for a mandatory value of veRL's config left unset (`check_mandatory_values`),
             the configurations `check_config` refuses, and ``coba.size_refills=true``
-            with a custom sampler (`size_refills_for_sampler`; ``auto`` is off there).
+            with a custom sampler (`check_size_refills`; ``auto`` is off there).
         LedgerError: when the rollout engine generates more sessions than a group's budget.
     """
 
@@ -148,7 +148,7 @@ class CobaBudgets(SessionFates):
     def __init__(self, config: DictConfig) -> None:
         # The first check of ours under veRL's own launcher (main_ppo): name ??? values before a worker.
         check_mandatory_values(config)
-        self.coba_config = size_refills_for_sampler(config, check_config(config))
+        self.coba_config = check_config(config)
         # veRL's trainer base branches on the mode's own name ("sync", "colocate_async"); the
         # registered name has done its job (selecting this class) once we are constructed.
         with open_dict(config):

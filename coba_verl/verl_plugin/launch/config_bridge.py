@@ -67,8 +67,10 @@ VERL_DEFAULTS: dict[str, Any] = {"size_refills": "auto"}
 
 def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
     """``coba.size_refills`` as `CobaConfig` takes it: ``auto`` resolved by `auto_size_refills`, DAPO
-    being the V1 sync trainer with DAPO dynamic sampling (where C-size works); true and false pass
-    as they are (`check_size_refills` refuses true where C-size cannot work).
+    being the V1 sync trainer with DAPO dynamic sampling (where C-size works), and off with a
+    WARNING under a custom sampler (`custom_sampler_of`: it replaces the replay buffer C-size
+    sizes); true and false pass as they are (`check_size_refills` refuses true where C-size cannot
+    work).
 
     Raises:
         CobaTypeRefusal: another string, naming it and the values taken.
@@ -81,7 +83,30 @@ def resolve_size_refills(config: DictConfig, mapping: dict[str, Any]) -> Any:
             f"coba.size_refills={value!r} (str) must be one of {', '.join(SIZE_REFILLS_VALUES)}."
         )
     strategy = mapping.get("strategy", CobaConfig.strategy)
-    return auto_size_refills(strategy, dapo=not missing_for_sync_dapo(config))
+    on = auto_size_refills(strategy, dapo=not missing_for_sync_dapo(config))
+    sampler = custom_sampler_of(config)
+    if on and sampler is not None:
+        logger.warning(
+            "coba.size_refills=auto resolves to off: %s=%s replaces coba-verl's replay buffer, whose "
+            "refills C-size sizes",
+            CUSTOM_SAMPLER,
+            sampler,
+        )
+        return False
+    return on
+
+
+#: Where veRL reads a custom sampler (``trainer_base.py:145-151``): one is loaded when ``path`` and
+#: ``name`` are both set.
+CUSTOM_SAMPLER = "trainer.v1.sampler.custom_sampler"
+
+
+def custom_sampler_of(config: DictConfig) -> str | None:
+    """``path:name`` of the custom sampler veRL builds in place of its replay buffer, or None."""
+    custom = OmegaConf.select(config, CUSTOM_SAMPLER, default=None)
+    if custom is None or not custom.get("path") or not custom.get("name"):
+        return None
+    return f"{custom.path}:{custom.name}"
 
 
 #: Top-level key `check_config` sets (to true) in a config it has passed, so that the next checks
@@ -119,17 +144,19 @@ def check_config(config: DictConfig) -> CobaConfig:
 
 @contextmanager
 def _said_before() -> Iterator[None]:
-    """Silence the notes of `check_config`: UserWarnings (`CobaConfig`'s ignored knobs) and the
-    INFO lines of `coba_verl.core.group_weight`; its refusals still raise."""
+    """Silence the notes of `check_config`: UserWarnings (`CobaConfig`'s ignored knobs), the INFO
+    lines of `coba_verl.core.group_weight` and this module's WARNINGs; its refusals still raise."""
     notes = logging.getLogger(check_aggregation.__module__)
-    level = notes.level
+    level, own_level = notes.level, logger.level
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         notes.setLevel(logging.WARNING)
+        logger.setLevel(logging.ERROR)  # `resolve_size_refills`' WARNING under a custom sampler
         try:
             yield
         finally:
             notes.setLevel(level)
+            logger.setLevel(own_level)
 
 
 def _refusals(config: DictConfig) -> CobaConfig:
@@ -249,7 +276,8 @@ def check_skip(config: DictConfig, cfg: CobaConfig) -> None:
 
 
 def check_size_refills(config: DictConfig, cfg: CobaConfig) -> None:
-    """Refuse ``coba.size_refills=true`` outside the V1 sync trainer with DAPO dynamic sampling.
+    """Refuse ``coba.size_refills=true`` outside the V1 sync trainer with DAPO dynamic sampling, and
+    with a custom sampler there (``auto`` resolves to off under one: `resolve_size_refills`).
 
     C-size (docs/dapo_n16_design.md, amendment 1, item 6) trims the sync trainer's submissions under
     DAPO, its first batch and its refills, to the sessions a step still misses
@@ -267,6 +295,13 @@ def check_size_refills(config: DictConfig, cfg: CobaConfig) -> None:
             f"coba.size_refills=true needs the V1 sync trainer with DAPO dynamic sampling: it sizes the "
             f"refills of DAPO's counted sampling to the rollouts a step still misses. Set {missing}, or "
             "coba.size_refills=false."
+        )
+    sampler = custom_sampler_of(config)
+    if sampler is not None:
+        raise CobaRefusal(
+            f"coba.size_refills=true cannot size the refills of {CUSTOM_SAMPLER}={sampler}: C-size trims "
+            "the submissions of coba-verl's own replay buffer, which the custom sampler replaces. Set "
+            f"coba.size_refills=false, or {CUSTOM_SAMPLER}=null."
         )
 
 
