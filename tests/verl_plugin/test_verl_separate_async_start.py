@@ -80,6 +80,8 @@ SEPARATE_ASYNC_UNFIT = [
      AssertionError, "train_batch_size must equal parameter_sync_step * ppo_mini_batch_size"),
     (MINI, 32, f"{STEP}=4 x {MINI}=32", f"set: {STEP}=2.", AssertionError, "train_batch_size must equal"),
     (STEP, 2, f"{STEP}=2 x {MINI}=16 (", f"; {MINI}=32 fits as well", AssertionError, "train_batch_size"),
+    (STEP, None, f"{STEP} null: data.train_batch_size=64 must equal", f"set: {STEP}=1 {MINI}=64.",
+     TypeError, "unsupported operand"),
     ("actor_rollout_ref.rollout.nnodes", 0, "actor_rollout_ref.rollout.nnodes=0 x n_gpus_per_node=8",
      "set: actor_rollout_ref.rollout.nnodes=1.", AssertionError, "nnodes must be > 0"),
     ("actor_rollout_ref.rollout.n_gpus_per_node", 0, "nnodes=1 x n_gpus_per_node=0",

@@ -120,12 +120,22 @@ def _sync_step_unfit(config: DictConfig) -> list[Unfit]:
     """M = k x ppo_mini_batch_size (``trainer_separate_async.py:56-63``): each of the k local updates
     between two weight syncs trains one mini-batch of M / k prompts."""
     m = int(config.data.train_batch_size)
-    mini = int(config.actor_rollout_ref.actor.ppo_mini_batch_size)
-    k = int(config.trainer.v1.separate_async.parameter_sync_step)
-    if m == k * mini:
-        return []
     step_key = "trainer.v1.separate_async.parameter_sync_step"
     mini_key = "actor_rollout_ref.actor.ppo_mini_batch_size"
+    raw_mini = config.actor_rollout_ref.actor.ppo_mini_batch_size
+    raw_k = config.trainer.v1.separate_async.parameter_sync_step
+    if raw_mini is None or raw_k is None:  # veRL multiplies them (a TypeError inside Ray)
+        nulls = [key for key, value in ((step_key, raw_k), (mini_key, raw_mini)) if value is None]
+        return [
+            Unfit(
+                f"{' and '.join(nulls)} null: data.train_batch_size={m} must equal {step_key} x {mini_key} "
+                "(trainer_separate_async.py:56-63)",
+                (f"{step_key}=1", f"{mini_key}={m}"),
+            )
+        ]
+    mini, k = int(raw_mini), int(raw_k)
+    if m == k * mini:
+        return []
     fits = [f"{step_key}={m // mini}"] if mini > 0 and m % mini == 0 else []
     fits += [f"{mini_key}={m // k}"] if k > 0 and m % k == 0 else []
     reason = (
