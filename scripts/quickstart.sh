@@ -92,7 +92,8 @@ fi
 trained_s=$SECONDS
 
 echo "== summary (also in $RUN_DIR/summary.txt; picture: summary.png beside it)"
-python -m coba_verl.verl_plugin.reports.run_summary "$metrics" --log "$log" \
+# --val-files: the held-out prompts, counted for the standard error of the held-out change.
+python -m coba_verl.verl_plugin.reports.run_summary "$metrics" --log "$log" --val-files "$TINY/test.parquet" \
   --checkpoints "$TINY/checkpoints/$EXPERIMENT" --png "$RUN_DIR/summary.png" | tee "$RUN_DIR/summary.txt"
 echo "quick start wall clock: install $installed_s s, data and model $((prepared_s - installed_s)) s," \
   "training $((trained_s - prepared_s)) s (launch to exit: the time above plus Ray, workers and the" \

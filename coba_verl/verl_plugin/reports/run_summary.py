@@ -11,15 +11,19 @@ groups with no reward spread (all rollouts failed or all passed: no GRPO gradien
 groups the tracker observed (under DAPO more than the step allocated: evicted groups and
 refills) and the per-prompt mean score; then the totals, the share of such groups the tracker's
 pass rates predict with these budgets and with the same number of rollouts for every prompt, the
-held-out accuracy at every validation, the time veRL logged (steps, validations, checkpoints), and
-where the metrics, the console log, the checkpoints and
-the picture are. ``--png`` also draws the run as one picture (`run_plots.summary_figure`: budgets
-per step, the share of groups without reward spread, rollouts generated against trained).
+held-out accuracy at every validation with its change from the first validation to the last, that
+change's standard error and whether it is within noise (`HeldOutChange`; the error needs the number
+of held-out prompts: ``--val-files``), the training prompts' mean score early and late in the run
+beside it (`training_score_line`), the time veRL logged (steps, validations, checkpoints), and
+where the metrics, the console log, the checkpoints and the picture are. ``--png`` also draws the
+run as one picture (`run_plots.summary_figure`: budgets per step, the share of groups without
+reward spread, rollouts generated against trained).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +34,20 @@ from coba_verl.core.step_line import held_out_score
 from coba_verl.verl_plugin.reports.metrics_file import read_metrics
 from coba_verl.verl_plugin.verl_names import HELD_OUT_PREFIX
 
-__all__ = ["StepSummary", "main", "read_metrics", "step_summaries", "summary_lines", "time_line"]
+__all__ = [
+    "HeldOutChange",
+    "StepSummary",
+    "held_out_change",
+    "main",
+    "read_metrics",
+    "step_summaries",
+    "summary_lines",
+    "time_line",
+    "training_score_line",
+]
+
+#: A change of held-out accuracy is beyond noise when it exceeds this many standard errors.
+NOISE_SE = 2.0
 
 
 @dataclass(frozen=True)
@@ -102,8 +119,10 @@ def summary_lines(
     log_file: str | Path | None = None,
     checkpoints: str | Path | None = None,
     picture: str | Path | None = None,
+    held_out_prompts: int | None = None,
 ) -> list[str]:
-    """The summary's lines (no trailing newlines)."""
+    """The summary's lines (no trailing newlines). ``held_out_prompts``: the prompts each validation
+    answered (the rows of ``data.val_files``), for the standard error of the held-out change."""
     steps = step_summaries(metrics)
     lines = []
     if not steps:
@@ -144,7 +163,13 @@ def summary_lines(
             f"{found[1]:.3f} " + ("before training" if step == 0 else f"after step {step}")
             for step, found in held_out
         )
-        lines.append(f"held-out accuracy ({name}): {values}")
+        change = held_out_change(metrics, held_out_prompts)
+        lines.append(
+            f"held-out accuracy ({name}): {values}" + ("" if change is None else f"; {change.text()}")
+        )
+        training = training_score_line(steps, None if change is None else change.change)
+        if training:
+            lines.append(training)
     else:
         lines.append("held-out accuracy: not measured (no validation logged)")
     timing = time_line(metrics)
@@ -159,6 +184,113 @@ def summary_lines(
         if where is not None:
             lines.append(f"{label}: {where}")
     return lines
+
+
+@dataclass(frozen=True)
+class HeldOutChange:
+    """Held-out accuracy from the run's first validation to its last, and whether that is noise.
+
+    The standard error is binomial: each validation's ``prompts x samples`` answers taken as
+    independent draws at its accuracy a, SE(a) = sqrt(a (1 - a) / (prompts x samples)), the two
+    validations independent, SE(change) = sqrt(SE(first)^2 + SE(last)^2). For the same prompts
+    answered twice by an unchanged model it is at most the true error (prompts whose pass rate is
+    near 0 or 1 vary less than a binomial); it leaves out which prompts were drawn (for another
+    held-out set of the same kind it is a lower bound: a prompt's samples are correlated) and the
+    training's run-to-run spread. None without the number of prompts or for scores outside 0-1.
+
+    Attributes:
+        first_step, last_step: the steps of the two validations (0: before training).
+        first, last: held-out accuracy at those validations.
+        samples: answers per prompt (the k of veRL's ``mean@k``).
+        prompts: held-out prompts per validation, or None if not known.
+    """
+
+    first_step: int
+    last_step: int
+    first: float
+    last: float
+    samples: int
+    prompts: int | None
+
+    @property
+    def change(self) -> float:
+        return self.last - self.first
+
+    @property
+    def standard_error(self) -> float | None:
+        if not self.prompts or not all(0.0 <= a <= 1.0 for a in (self.first, self.last)):
+            return None
+        answers = self.prompts * self.samples
+        return math.sqrt((self.first * (1 - self.first) + self.last * (1 - self.last)) / answers)
+
+    @property
+    def verdict(self) -> str | None:
+        """One of within noise, rose beyond noise, fell beyond noise (beyond: by more than
+        `NOISE_SE` standard errors); None without a standard error."""
+        se = self.standard_error
+        if se is None:
+            return None
+        if abs(self.change) <= NOISE_SE * se:
+            return "within noise"
+        return "rose beyond noise" if self.change > 0 else "fell beyond noise"
+
+    def text(self) -> str:
+        """The held-out line's tail: the change, its standard error and the verdict."""
+        head = f"change {self.change:+.3f}"
+        se = self.standard_error
+        if se is None:
+            why = "held-out prompts not known, --val-files" if not self.prompts else "scores not 0-1"
+            return f"{head} (no standard error: {why})"
+        side = "under" if self.verdict == "within noise" else "over"
+        return (
+            f"{head}, standard error {se:.3f} (binomial, {self.prompts} prompts x {self.samples} samples "
+            f"each time): {self.verdict} ({side} {NOISE_SE:g} standard errors, {NOISE_SE * se:.3f})"
+        )
+
+
+def _at(step: int) -> str:
+    return "before training" if step == 0 else f"after step {step}"
+
+
+def held_out_change(
+    metrics: Mapping[int, Mapping[str, float]], prompts: int | None = None
+) -> HeldOutChange | None:
+    """The change of held-out accuracy (the summary's ``mean@k`` metric) from the first validation to
+    the last (the first and last the held-out line lists); None with fewer than two validations."""
+    found = [(step, held_out_score(m, HELD_OUT_PREFIX)) for step, m in sorted(metrics.items())]
+    found = [(step, hit) for step, hit in found if hit is not None]
+    if len(found) < 2:
+        return None
+    (first_step, (name, first)), (last_step, (_, last)) = found[0], found[-1]
+    samples = int(name.rsplit("@", 1)[1])
+    return HeldOutChange(first_step, last_step, first, last, samples, prompts)
+
+
+def training_score_line(steps: Sequence[StepSummary], held_out_change: float | None = None) -> str | None:
+    """The training prompts' mean score over the first and the last quarter of the steps (at least one
+    step each) with their all-fail groups, said to have fallen (risen) "too" when it moved the way
+    held-out accuracy did. Consecutive steps draw other prompts (an epoch draws each prompt once), so
+    part of a difference is which prompts were drawn. None with fewer than two steps with a score."""
+    scored = [s for s in steps if s.prompt_mean_score is not None]
+    if len(scored) < 2:
+        return None
+    quarter = max(1, len(scored) // 4)
+    early, late = scored[:quarter], scored[-quarter:]
+    a = sum(float(s.prompt_mean_score) for s in early) / len(early)
+    b = sum(float(s.prompt_mean_score) for s in late) / len(late)
+    moved = "fell" if b < a else "rose" if b > a else "held"
+    too = held_out_change is not None and ((b < a and held_out_change < 0) or (b > a and held_out_change > 0))
+    return (
+        f"training prompts' mean score {moved}{' too' if too else ''}: {a:.3f} over {_span(early)}, "
+        f"{b:.3f} over {_span(late)} (other prompts each step; all-fail groups "
+        f"{sum(s.all_fail for s in early)} of {sum(s.observed for s in early)} observed, then "
+        f"{sum(s.all_fail for s in late)} of {sum(s.observed for s in late)})"
+    )
+
+
+def _span(steps: Sequence[StepSummary]) -> str:
+    first, last = steps[0].step, steps[-1].step
+    return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
 def time_line(metrics: Mapping[int, Mapping[str, float]]) -> str | None:
@@ -191,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("metrics", help="the file logger's JSON lines")
     parser.add_argument("--log", help="the run's console log, named in the summary")
     parser.add_argument("--checkpoints", help="the run's checkpoint folder, named in the summary")
+    parser.add_argument("--val-files", nargs="+", metavar="PARQUET",
+                        help="the run's data.val_files: their rows are the held-out prompts, for the "
+                        "held-out change's standard error")  # fmt: skip
     parser.add_argument("--png", help="also draw the run here: budgets, groups without reward spread, "
                         "rollouts generated and trained, per step")  # fmt: skip
     args = parser.parse_args(argv)
@@ -199,8 +334,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coba_verl.verl_plugin.reports import run_plots  # matplotlib: only when a picture is asked for
 
         run_plots.save(run_plots.summary_figure(metrics, f"coba-verl run: {args.metrics}"), args.png)
+    prompts = None
+    if args.val_files:
+        import pyarrow.parquet as pq  # veRL's datasets read their parquet with it
+
+        prompts = sum(pq.ParquetFile(Path(f).expanduser()).metadata.num_rows for f in args.val_files)
     lines = summary_lines(
-        metrics, metrics_file=args.metrics, log_file=args.log, checkpoints=args.checkpoints, picture=args.png
+        metrics,
+        metrics_file=args.metrics,
+        log_file=args.log,
+        checkpoints=args.checkpoints,
+        picture=args.png,
+        held_out_prompts=prompts,
     )
     sys.stdout.write("".join(line + "\n" for line in lines))
     return 0
