@@ -5,7 +5,8 @@
         --data docs/data/headroom
 
 Each argument is a lab run folder (``bench/learning.py --out``) holding ``uniform`` and the compared
-labels on some seeds; folders of the same scenario (their ``config.json``) are read as one. Per
+labels on some seeds; folders of the same scenario (their ``config.json``, or NAME in ``NAME=FOLDER``)
+are read as one. Per
 scenario (docs/lab/headroom_design.md, "Measures"):
 
 * every label's Δ final and Δ AUC against uniform, paired by seed, with 95 % t-intervals;
@@ -44,10 +45,14 @@ def _scenario(folder: Path) -> str:
     return json.loads((folder / "config.json").read_text())["lab"]["scenario"]
 
 
-def _rows_by_scenario(folders: list[Path]) -> dict[str, list[dict[str, Any]]]:
+def _rows_by_scenario(folders: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows per scenario; ``NAME=FOLDER`` files a folder under NAME (runs of a scenario made before
+    it had its name, e.g. with the flags it was frozen from)."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for folder in folders:
-        out[_scenario(folder)].extend(read_metrics(folder))
+    for arg in folders:
+        name, eq, path = arg.rpartition("=")
+        folder = Path(path)
+        out[name if eq else _scenario(folder)].extend(read_metrics(folder))
     return dict(out)
 
 
@@ -101,6 +106,12 @@ def analyse(rows: list[dict[str, Any]]) -> dict[str, Any]:
             share = stats[shipped]["d_auc"][0] / mean if found else float("nan")
             out[f"{shipped}_share"] = share
             out[f"{shipped}_minus_best"] = t_interval(diff)
+    for shipped in ("coba", "knapsack"):  # what exact rates change in the shipped value: oracle - shipped
+        oracle = shipped + ORACLE
+        if shipped in per_seed and oracle in per_seed:
+            common = sorted(set(per_seed[shipped]) & set(per_seed[oracle]))
+            diff = [per_seed[oracle][s]["d_auc"] - per_seed[shipped][s]["d_auc"] for s in common]
+            out[f"{shipped}_exact_gain"] = t_interval(diff)
     out["estimation"] = {lab: _estimation(rows, lab) for lab in labels if not lab.endswith(ORACLE)}
     return out
 
@@ -126,6 +137,12 @@ def format_scenario(name: str, a: dict[str, Any]) -> str:
                 f"{name_}'s share of it: {share_text}; {shipped} − best oracle in Δ AUC: "
                 f"{_ci(a[f'{shipped}_minus_best'])}."
             )
+    for shipped in ("coba", "knapsack"):
+        if f"{shipped}_exact_gain" in a:
+            lines.append(
+                f"`{shipped}+oracle` − `{shipped}` in Δ AUC (exact p in place of p̂): "
+                f"{_ci(a[f'{shipped}_exact_gain'])}."
+            )
     est = {lab: e for lab, e in a["estimation"].items() if e and lab in ESTIMATED}
     if est:
         lines += [
@@ -149,7 +166,9 @@ def draw(analyses: dict[str, dict[str, Any]], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(analyses), figsize=(4.2 * len(analyses), 3.8), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(analyses), figsize=(4.2 * len(analyses), 3.8), squeeze=False, sharey=True, sharex=True
+    )
     for ax, (name, a) in zip(axes[0], analyses.items(), strict=True):
         labels = list(a["stats"])
         means = [a["stats"][lab]["d_auc"][0] for lab in labels]
@@ -172,7 +191,11 @@ def draw(analyses: dict[str, dict[str, Any]], png: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="+", type=Path, help="lab run folders (bench/learning.py --out)")
+    p.add_argument(
+        "folders",
+        nargs="+",
+        help="lab run folders (bench/learning.py --out); NAME=FOLDER files one under NAME",
+    )
     p.add_argument("--png", type=Path, default=None, help="draw Δ AUC per label per scenario here")
     p.add_argument("--data", type=Path, default=None, help="write per-seed figures per scenario here")
     args = p.parse_args(argv)

@@ -51,6 +51,7 @@ def test_the_best_oracle_its_interval_and_coba_share_are_computed_from_paired_se
     assert a["coba_share"] == pytest.approx(1 / 3)
     assert a["coba_minus_best"][0] == pytest.approx(0.75 * (0.02 - 0.06))
     assert a["stats"]["coba+oracle"]["d_auc"][0] == pytest.approx(0.0, abs=1e-12)
+    assert a["coba_exact_gain"][0] == pytest.approx(0.75 * (0.0 - 0.02))  # coba+oracle - coba, paired
 
 
 def test_no_headroom_leaves_the_share_undefined_and_says_so() -> None:
