@@ -169,16 +169,18 @@ def draw(analyses: dict[str, dict[str, Any]], png: Path) -> None:
     fig, axes = plt.subplots(
         1, len(analyses), figsize=(4.2 * len(analyses), 3.8), squeeze=False, sharey=True, sharex=True
     )
+    order = list(dict.fromkeys(lab for a in analyses.values() for lab in a["stats"]))
+    order.sort(key=lambda lab: lab.endswith(ORACLE))  # shipped first, oracles below; one row per label
     for ax, (name, a) in zip(axes[0], analyses.items(), strict=True):
-        labels = list(a["stats"])
+        labels = [lab for lab in order if lab in a["stats"]]
         means = [a["stats"][lab]["d_auc"][0] for lab in labels]
         halves = [a["stats"][lab]["d_auc"][1] for lab in labels]
         colors = ["tab:orange" if lab.endswith(ORACLE) else "tab:blue" for lab in labels]
-        y = np.arange(len(labels))
+        y = np.asarray([order.index(lab) for lab in labels])
         ax.errorbar(means, y, xerr=halves, fmt="none", ecolor="gray", capsize=3)
         ax.scatter(means, y, c=colors, zorder=3)
         ax.axvline(0.0, color="black", lw=0.8)
-        ax.set_yticks(y, labels)
+        ax.set_yticks(range(len(order)), order)
         ax.set_title(f"{name} ({a['stats'][labels[0]]['seeds']} seeds)")
         ax.set_xlabel("Δ AUC vs uniform (95 % CI)")
     axes[0][0].invert_yaxis()
