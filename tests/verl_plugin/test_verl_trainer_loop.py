@@ -221,6 +221,9 @@ def loop_config(small_config, ckpt_dir, *overrides, mode=COBA_TRAINER_MODE):
         "trainer.logger=[file]",
         f"trainer.default_local_dir={ckpt_dir}",
         f"trainer.n_gpus_per_node={DP_SIZE}",
+        # engines of one device, as the CPU backend's (coba_cpu) and a GPU launch on 3 devices must
+        # (veRL's rollout worker asserts that the devices divide into engines: veRL's default tp is 2)
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"trainer.v1.trainer_mode={mode}",
         *overrides,
     )
