@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.launch.config_bridge import check_config
 from coba_verl.verl_plugin.main import prepare_config
-from tests.verl_plugin.verl_start_code import route_a_request, verl_trainer
+from tests.verl_plugin.verl_start_code import refusal_of, route_a_request, verl_trainer
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +31,6 @@ HEAD = (
     "trainer.v1.trainer_mode=separate_async cannot start with this config; veRL would stop inside Ray, after "
     "Ray and TransferQueue have started: "
 )
-
-
-def refusal_of(config) -> str:
-    with pytest.raises(CobaRefusal) as refusal:
-        check_config(copy.deepcopy(config))
-    message = str(refusal.value)
-    assert "\n" not in message
-    return message
 
 
 #: What makes ``base_1x8`` (M = 64, ppo_mini_batch_size = 16, tensor parallel 2) a ``separate_async``

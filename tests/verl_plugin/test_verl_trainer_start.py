@@ -13,10 +13,10 @@ import yaml
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
-from coba_verl.refusal import CobaRefusal
 from coba_verl.verl_plugin.launch.config_bridge import check_config
 from tests.verl_plugin.verl_start_code import (
     installed,
+    refusal_of,
     rollout_worker_lays_out,
     route_a_request,
     verl_registry_get,
@@ -44,14 +44,6 @@ REWARD_POOL = (
     f"{REWARD}.enable_resource_pool=true puts the reward model in its own pool of {REWARD}.nnodes=0 x "
     "n_gpus_per_node=8 devices, both of which must be above 0 (veRL's default nnodes is 0; "
 )
-
-
-def refusal_of(config) -> str:
-    with pytest.raises(CobaRefusal) as refusal:
-        check_config(copy.deepcopy(config))
-    message = str(refusal.value)
-    assert "\n" not in message
-    return message
 
 
 def test_a_reward_pool_of_no_node_is_refused_in_v1_as_veRLs_resource_pool_setup_stops(base_1x8):

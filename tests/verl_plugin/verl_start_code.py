@@ -202,3 +202,17 @@ def verl_registry_get(backend: str) -> type:
         else:
             del CheckpointEngineRegistry._import_errors[module]
     return CheckpointEngineRegistry.get(backend)
+
+
+def refusal_of(config: DictConfig) -> str:
+    """The one-line refusal the launch checks (`check_config`) give ``config`` (a copy is checked)."""
+    import pytest
+
+    from coba_verl.refusal import CobaRefusal
+    from coba_verl.verl_plugin.launch.config_bridge import check_config
+
+    with pytest.raises(CobaRefusal) as refusal:
+        check_config(copy.deepcopy(config))
+    message = str(refusal.value)
+    assert "\n" not in message
+    return message
