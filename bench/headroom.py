@@ -66,7 +66,6 @@ def _ci(mean_half: tuple[float, float]) -> str:
 def _estimation(rows: list[dict[str, Any]], label: str) -> dict[str, float]:
     """Means over the label's steps with an allocation of at least one prompt with history."""
     rs = [r for r in rows if r.get("run") == label and r["step"] > 0 and (r.get("est_seen") or 0) > 0]
-    rs = [r for r in rs if not math.isnan(r["est_seen"])]
     if not rs:
         return {}
     extreme = sum(r["est_extreme"] for r in rs)

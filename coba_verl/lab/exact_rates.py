@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
+from coba_verl.arithmetic.outcomes import trim_padding
 from coba_verl.arithmetic.tokenizer import BOS, EOS, PAD, pad_rows
 from coba_verl.decoding import positions
 from coba_verl.refusal import CobaRefusal
@@ -102,8 +103,7 @@ def exact_pass_rates(
     lengths = np.asarray([len(e) for e in encoded])  # (K,) L_i
     resp, resp_mask = pad_rows([[*e, eos] for e in encoded], pad, left=False)  # (K, L+1)
     device = next(model.parameters()).device
-    first = int(torch.nonzero(prompt_mask.sum(0))[0, 0])  # common left padding
-    p_ids, p_mask = prompt_ids[:, first:].to(device), prompt_mask[:, first:].to(device)
+    p_ids, p_mask = (t.to(device) for t in trim_padding(prompt_ids, prompt_mask))  # common left padding
     resp, resp_mask = resp.to(device), resp_mask.to(device)
     ids = torch.cat([p_ids, resp], 1)
     mask = torch.cat([p_mask, resp_mask], 1)

@@ -38,6 +38,7 @@ from coba_verl.core.capability import capability_shape
 from coba_verl.core.config import CobaConfig
 from coba_verl.core.gains import GainModel
 from coba_verl.core.solvers import check_budget, solve_dp
+from coba_verl.core.values import no_spread_probability
 
 __all__ = [
     "ORACLE_STRATEGIES",
@@ -62,9 +63,8 @@ class SignalGains(GainModel):
         self.size = self.p.size
 
     def value_at(self, idx: np.ndarray, b: np.ndarray) -> np.ndarray:
-        p = self.p[np.asarray(idx)]
         b = np.asarray(b, dtype=np.float64)
-        return b * (1.0 - p**b - (1.0 - p) ** b)
+        return b * (1.0 - no_spread_probability(self.p[np.asarray(idx)], b))
 
     def gain_at(self, idx: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.value_at(idx, np.asarray(b) + 1) - self.value_at(idx, b)
